@@ -1,0 +1,189 @@
+"""WavyDIFFormer: DIFFormer with a choice of residual stepper."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .conv import DIFFormerConv
+from .graph import gcn_adjacency
+from .joint import JointFFN, JointLayerNorm
+from .steppers import STEPPERS, StepState, make_stepper
+
+MOMENTUM_NORMS = ("joint", "state")
+
+
+class WavyDIFFormer(nn.Module):
+    r"""DIFFormer (`Wu et al., ICLR 2023 <https://arxiv.org/abs/2301.09474>`_)
+    with the residual update replaced by a stepper of the `Wavy Transformer
+    <https://arxiv.org/abs/2508.12787>`_ (NeurIPS 2025).
+
+    .. math::
+        X_0 &= \mathrm{dropout}(\mathrm{ReLU}(\mathrm{LN}(X W_{in} + b_{in}))) \\
+        F_\ell &= \mathrm{conv}_\ell(X_\ell) - X_\ell \\
+        (X_{\ell+1}, Y_{\ell+1}) &= \mathrm{dropout}(\mathrm{JointLN}(
+            \mathrm{step}_\ell((X_\ell, Y_\ell), F_\ell))) \\
+        \hat{Y} &= X_L W_{out} + b_{out}
+
+    ``residual="diffusion"`` with ``tau=0.5`` is DIFFormer itself
+    (``x = LN(0.5 conv(x) + 0.5 x)``). For the second-order kinds the velocity
+    (or displacement) passes through the joint LayerNorm, FFN and the same
+    dropout mask as the state (chain rule).
+
+    Args:
+        in_channels (int): input feature size.
+        hidden_channels (int): hidden size ``C``.
+        out_channels (int): number of outputs (classes or tasks).
+        num_layers (int, optional): number of attention layers (steps).
+            (default: :obj:`3`)
+        residual (str, optional): ``"diffusion"``, ``"wave"``, ``"mix"`` or
+            ``"light_wave"``. (default: ``"diffusion"``)
+        heads (int, optional): attention heads. (default: :obj:`1`)
+        kernel (str, optional): ``"simple"`` or ``"sigmoid"``.
+            (default: ``"simple"``)
+        qk_norm (str, optional): ``"global"``, ``"row"`` or ``"none"``.
+            (default: ``"global"``)
+        use_graph (bool, optional): local GCN branch. (default: :obj:`True`)
+        graph_weight (float, optional): blend weight of the local branch;
+            :obj:`None` adds it. (default: :obj:`None`)
+        tau (float, optional): step size. (default: :obj:`0.5`)
+        dropout (float, optional): dropout after the input layer and every
+            layer. (default: :obj:`0.0`)
+        ffn (bool, optional): add a joint FFN sub-layer (residual, followed
+            by a second joint LayerNorm) after each attention step.
+            (default: :obj:`False`)
+        ffn_activation (str, optional): ``"gelu"`` or ``"relu"``.
+            (default: ``"gelu"``)
+        lam0 (float, optional): initial ``lam`` of ``mix`` / ``light_wave``;
+            :obj:`None` takes the stepper's default (0.5 / 0.88).
+            (default: :obj:`None`)
+        momentum_norm (str, optional): ``light_wave`` only: ``"joint"``
+            passes the displacement through the joint LayerNorm like a
+            velocity; ``"state"`` recomputes it as the difference of
+            successive normalised states. (default: ``"joint"``)
+
+    Shapes:
+        - **input:** x ``(N, in_channels)``, edge_index ``(2, E)``,
+          batch ``(N,)`` (optional)
+        - **output:** ``(N, out_channels)``; with ``return_hidden=True``
+          also a list of ``num_layers + 1`` tensors ``(N, C)``: the input
+          embedding, then every layer's output
+    """
+
+    def __init__(
+        self,
+        in_channels: int,
+        hidden_channels: int,
+        out_channels: int,
+        num_layers: int = 3,
+        residual: str = "diffusion",
+        heads: int = 1,
+        kernel: str = "simple",
+        qk_norm: str = "global",
+        use_graph: bool = True,
+        graph_weight: float | None = None,
+        tau: float = 0.5,
+        dropout: float = 0.0,
+        ffn: bool = False,
+        ffn_activation: str = "gelu",
+        lam0: float | None = None,
+        momentum_norm: str = "joint",
+    ):
+        super().__init__()
+        for name, value in (
+            ("in_channels", in_channels),
+            ("hidden_channels", hidden_channels),
+            ("out_channels", out_channels),
+            ("num_layers", num_layers),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if residual not in STEPPERS:
+            raise ValueError(f"unknown residual {residual!r}; choose one of {', '.join(map(repr, STEPPERS))}")
+        if momentum_norm not in MOMENTUM_NORMS:
+            raise ValueError(
+                f"unknown momentum_norm {momentum_norm!r}; choose one of {', '.join(map(repr, MOMENTUM_NORMS))}"
+            )
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
+        self.in_channels = in_channels
+        self.hidden_channels = hidden_channels
+        self.out_channels = out_channels
+        self.num_layers = num_layers
+        self.residual = residual
+        self.use_graph = use_graph
+        self.dropout = dropout
+        self.momentum_norm = momentum_norm
+
+        self.input = nn.Linear(in_channels, hidden_channels)
+        self.input_norm = nn.LayerNorm(hidden_channels)
+        self.convs = nn.ModuleList(
+            DIFFormerConv(hidden_channels, heads, kernel, qk_norm, use_graph, graph_weight)
+            for _ in range(num_layers)
+        )
+        step_opts = {} if lam0 is None else {"lam0": lam0}
+        self.steppers = nn.ModuleList(
+            make_stepper(residual, hidden_channels, tau, **step_opts) for _ in range(num_layers)
+        )
+        self.norms = nn.ModuleList(JointLayerNorm(hidden_channels) for _ in range(num_layers))
+        self.ffns = nn.ModuleList(
+            JointFFN(hidden_channels, activation=ffn_activation) for _ in range(num_layers) if ffn
+        )
+        self.ffn_norms = nn.ModuleList(JointLayerNorm(hidden_channels) for _ in range(num_layers) if ffn)
+        self.output = nn.Linear(hidden_channels, out_channels)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Initialise every parameter (the one place that does)."""
+        for module in self.modules():
+            if module is not self and hasattr(module, "reset_parameters"):
+                module.reset_parameters()
+
+    def _dropout(self, state: StepState) -> StepState:
+        if not self.training or self.dropout == 0.0:
+            return state
+        mask = F.dropout(torch.ones_like(state.x), self.dropout, True)  # same mask for x and v
+        return StepState(state.x * mask, None if state.v is None else state.v * mask)
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Tensor | None = None,
+        batch: Tensor | None = None,
+        return_hidden: bool = False,
+    ):
+        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.in_channels:
+            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
+            raise ValueError(f"x must have shape (N, {self.in_channels}), got {shape}")
+        n = x.shape[0]
+        adj = None
+        if self.use_graph:
+            if edge_index is None:
+                raise ValueError("use_graph=True needs edge_index; pass the edges or set use_graph=False")
+            adj = edge_index if edge_index.layout != torch.strided else gcn_adjacency(edge_index, n, x.dtype)
+
+        h = F.relu(self.input_norm(self.input(x)))  # (N, C)
+        h = F.dropout(h, self.dropout, self.training)
+        state = self.steppers[0].init(h)
+        hidden = [h]
+        for i in range(self.num_layers):
+            force = self.convs[i](state.x, adj, batch) - state.x  # F = A x - x, (N, C)
+            prev_x = state.x
+            state = self.steppers[i](state, force)
+            state = StepState(*self.norms[i](state.x, state.v))
+            if self.ffns:
+                fx, fv = self.ffns[i](state.x, state.v)
+                state = StepState(state.x + fx, None if state.v is None else state.v + fv)
+                state = StepState(*self.ffn_norms[i](state.x, state.v))
+            if self.residual == "light_wave" and self.momentum_norm == "state":
+                state = StepState(state.x, state.x - prev_x)
+            state = self._dropout(state)
+            hidden.append(state.x)
+        out = self.output(state.x)  # (N, out_channels)
+        return (out, hidden) if return_hidden else out
+
+    def __repr__(self) -> str:
+        return (
+            f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, "
+            f"{self.out_channels}, num_layers={self.num_layers}, residual={self.residual!r})"
+        )
