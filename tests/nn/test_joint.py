@@ -1,0 +1,68 @@
+import pytest
+import torch
+from torch.func import jvp
+
+from wavygraph.nn import JointFFN, JointLayerNorm
+
+
+def test_joint_layernorm_reference():
+    torch.manual_seed(0)
+    ln = JointLayerNorm(5).double()
+    with torch.no_grad():
+        ln.weight.copy_(torch.linspace(0.5, 2.0, 5))
+        ln.bias.copy_(torch.linspace(-1.0, 1.0, 5))
+    x = torch.randn(7, 5, dtype=torch.float64) * 3 + 1
+    v = torch.randn(7, 5, dtype=torch.float64)
+    xo, vo = ln(x, v)
+    for i in range(7):  # explicit per-row formulas
+        mu = sum(x[i].tolist()) / 5
+        var = sum((t - mu) ** 2 for t in x[i].tolist()) / 5
+        for c in range(5):
+            ex = ln.weight[c] * (x[i, c] - mu) / (var + ln.eps) ** 0.5 + ln.bias[c]
+            ev = ln.weight[c] * v[i, c] / (var + ln.eps) ** 0.5
+            assert abs(xo[i, c] - ex) < 1e-12 and abs(vo[i, c] - ev) < 1e-12
+    # no velocity: an ordinary LayerNorm
+    ref = torch.nn.LayerNorm(5).double()
+    ref.load_state_dict(ln.state_dict())
+    xo2, none = ln(x)
+    assert none is None
+    torch.testing.assert_close(xo2, ref(x))
+    assert repr(ln) == "JointLayerNorm(5, eps=1e-05)"
+
+
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_joint_ffn_is_jacobian_vector_product(activation):
+    torch.manual_seed(0)
+    ffn = JointFFN(6, 10, activation=activation).double()
+    x = torch.randn(9, 6, dtype=torch.float64)
+    v = torch.randn(9, 6, dtype=torch.float64)
+    xo, vo = ffn(x, v)
+    act = torch.nn.functional.gelu if activation == "gelu" else torch.relu
+    plain = lambda t: ffn.lin2(act(ffn.lin1(t)))  # noqa: E731
+    fx, jv = jvp(plain, (x,), (v,))
+    torch.testing.assert_close(xo, fx, rtol=0, atol=1e-12)
+    torch.testing.assert_close(vo, jv, rtol=0, atol=1e-12)
+    assert ffn(x)[1] is None
+
+
+def test_joint_ffn_gelu_derivative_is_exact_not_tanh():
+    ffn = JointFFN(1, 1).double()
+    with torch.no_grad():
+        ffn.lin1.weight.fill_(1.0)
+        ffn.lin1.bias.zero_()
+        ffn.lin2.weight.fill_(1.0)
+        ffn.lin2.bias.zero_()
+    h = torch.linspace(-4, 4, 81, dtype=torch.float64).unsqueeze(1)
+    _, d = ffn(h, torch.ones_like(h))
+    # finite differences of the exact (erf) GELU
+    eps = 1e-6
+    fd = (torch.nn.functional.gelu(h + eps) - torch.nn.functional.gelu(h - eps)) / (2 * eps)
+    torch.testing.assert_close(d, fd, rtol=0, atol=1e-8)
+    tanh_fd = (torch.nn.functional.gelu(h + eps, approximate="tanh") - torch.nn.functional.gelu(h - eps, approximate="tanh")) / (2 * eps)
+    assert (d - tanh_fd).abs().max() > 1e-4
+
+
+def test_joint_ffn_errors_and_repr():
+    with pytest.raises(ValueError, match="unknown activation 'tanh'"):
+        JointFFN(4, activation="tanh")
+    assert repr(JointFFN(4)) == "JointFFN(4, hidden_channels=8, activation='gelu')"
