@@ -1,0 +1,67 @@
+"""The ``wavygraph`` command: ``wavygraph train | sweep | report | demo``.
+
+Every module listed in :data:`SUBCOMMANDS` provides ``add_parser(subparsers)``
+that adds its subcommand and sets ``func(args) -> int``; a module that does not
+exist (yet) is skipped. Errors of our own checks (:class:`ConfigError`,
+:class:`WavygraphDataError`, ``ValueError``) print ``wavygraph: error: <one
+line>`` on stderr and exit with code 2, without a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUBCOMMANDS = ["wavygraph.train.cli", "wavygraph.sweep", "wavygraph.report", "wavygraph.demo"]
+
+
+def _missing(exc: ModuleNotFoundError, module: str) -> bool:
+    """True when ``exc`` says ``module`` itself (or a parent) does not exist."""
+    return exc.name is not None and (module == exc.name or module.startswith(exc.name + "."))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from wavygraph import __version__
+
+    parser = argparse.ArgumentParser(prog="wavygraph", description="Deep graph transformers that do not over-smooth.")
+    parser.add_argument("--version", action="version", version=f"wavygraph {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if _missing(exc, name):
+                continue
+            raise
+        if hasattr(module, "add_parser"):
+            module.add_parser(subparsers)
+    return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return "; ".join(lines) if lines else type(exc).__name__
+
+
+def main(argv: list[str] | None = None) -> int:
+    from wavygraph.config import ConfigError
+    from wavygraph.data.errors import WavygraphDataError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(func(args) or 0)
+    except (ConfigError, WavygraphDataError, ValueError) as exc:
+        print(f"wavygraph: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("wavygraph: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,193 @@
+"""The configuration schema: a tree of dataclasses merged with OmegaConf.
+
+Precedence: dataclass defaults < YAML file < ``key=value`` overrides. The
+merge is strict: an unknown key, a value of the wrong type or an invalid
+choice raises :class:`ConfigError` with a one-line message that names the key.
+
+    >>> cfg = load_config("configs/cora.yaml", ["model.num_layers=16", "train.seed=1"])
+    >>> cfg.model.num_layers
+    16
+
+Relative paths (``data.root``, ``out_dir``) are kept as written: they are
+resolved against the working directory of the process that uses them.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from wavygraph.nn.functional import KERNELS, QK_NORMS
+from wavygraph.nn.joint import ACTIVATIONS
+from wavygraph.nn.model import MOMENTUM_NORMS
+from wavygraph.nn.steppers import STEPPERS
+
+
+class ConfigError(ValueError):
+    """An invalid configuration: unknown key, wrong type or bad value."""
+
+
+@dataclass
+class CSBMConfig:
+    """Options of the synthetic ``csbm`` data set; ``None`` takes the preset's value."""
+
+    preset: str = "arxiv"  # "arxiv" (169,343 nodes, 40 classes) or "small"
+    num_nodes: Optional[int] = None
+    num_classes: Optional[int] = None
+    num_features: Optional[int] = None
+    avg_degree: Optional[float] = None
+    homophily: Optional[float] = None
+    snr: Optional[float] = None
+    seed: int = 0
+
+
+@dataclass
+class DataConfig:
+    name: str = "cora"
+    root: str = "data"
+    split: int = 0  # which of a data set's splits (Actor: 0..9); random splits: their seed
+    normalize_features: bool = False  # row-normalise x (sum 1), PyG's NormalizeFeatures
+    csbm: CSBMConfig = field(default_factory=CSBMConfig)
+
+
+@dataclass
+class ModelConfig:
+    """Arguments of :class:`wavygraph.nn.WavyDIFFormer` (see its docstring)."""
+
+    num_layers: int = 3
+    hidden_channels: int = 64
+    residual: str = "diffusion"
+    heads: int = 1
+    kernel: str = "simple"
+    qk_norm: str = "global"
+    use_graph: bool = True
+    graph_weight: Optional[float] = None
+    tau: float = 0.5
+    dropout: float = 0.2
+    ffn: bool = False
+    ffn_activation: str = "gelu"
+    lam0: Optional[float] = None
+    momentum_norm: str = "joint"
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 200
+    lr: float = 1e-3
+    weight_decay: float = 0.01
+    batch_size: Optional[int] = None  # None/0: full batch; else random-partition mini-batches
+    eval_batch_size: Optional[int] = None  # None: same as batch_size (0: one full-graph pass)
+    eval_every: int = 1
+    patience: Optional[int] = None  # stop after this many evaluations without a better val score
+    seed: int = 0
+    device: str = "cpu"
+    diagnostics: bool = True
+    progress: bool = True
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    out_dir: str = "runs/default"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    # OmegaConf appends "full_key: ..., object_type=..." lines; keep the first line
+    first = text.splitlines()[0] if text else type(exc).__name__
+    full_key = getattr(exc, "full_key", None)
+    if full_key and full_key not in first:
+        first = f"{full_key}: {first}"
+    return first
+
+
+def _check(cfg: DictConfig) -> None:
+    def choice(key: str, value, choices) -> None:
+        if value not in choices:
+            raise ConfigError(f"{key}={value!r} is not one of {', '.join(map(repr, choices))}")
+
+    def positive(key: str, value, allow_zero: bool = False) -> None:
+        if value is None:
+            return
+        if value < 0 or (value == 0 and not allow_zero):
+            raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+
+    m, t, d = cfg.model, cfg.train, cfg.data
+    choice("model.residual", m.residual, tuple(STEPPERS))
+    choice("model.kernel", m.kernel, KERNELS)
+    choice("model.qk_norm", m.qk_norm, QK_NORMS)
+    choice("model.ffn_activation", m.ffn_activation, ACTIVATIONS)
+    choice("model.momentum_norm", m.momentum_norm, MOMENTUM_NORMS)
+    for key in ("num_layers", "hidden_channels", "heads"):
+        positive(f"model.{key}", m[key])
+    positive("model.tau", m.tau)
+    if not 0.0 <= m.dropout < 1.0:
+        raise ConfigError(f"model.dropout={m.dropout!r} must lie in [0, 1)")
+    if m.graph_weight is not None and not 0.0 <= m.graph_weight <= 1.0:
+        raise ConfigError(f"model.graph_weight={m.graph_weight!r} must lie in [0, 1] or be null")
+    if m.lam0 is not None and not 0.0 < m.lam0 < 1.0:
+        raise ConfigError(f"model.lam0={m.lam0!r} must lie in (0, 1) or be null")
+    positive("train.epochs", t.epochs)
+    positive("train.lr", t.lr)
+    positive("train.weight_decay", t.weight_decay, allow_zero=True)
+    positive("train.batch_size", t.batch_size, allow_zero=True)
+    positive("train.eval_batch_size", t.eval_batch_size, allow_zero=True)
+    positive("train.eval_every", t.eval_every)
+    positive("train.patience", t.patience)
+    positive("data.split", d.split, allow_zero=True)
+    if not d.name:
+        raise ConfigError("data.name must not be empty")
+    if not str(cfg.out_dir):
+        raise ConfigError("out_dir must not be empty")
+
+
+def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:
+    """Defaults < YAML file at ``path`` (optional) < ``key=value`` overrides.
+
+    Returns a structured, read-only-schema :class:`~omegaconf.DictConfig`
+    (unknown keys stay errors after loading). Raises :class:`ConfigError`
+    with a one-line message on any problem.
+    """
+    cfg = OmegaConf.structured(Config)
+    try:
+        if path is not None:
+            if not os.path.isfile(path):
+                raise ConfigError(f"config file not found: {path}")
+            try:
+                loaded = OmegaConf.load(path)
+            except ConfigError:
+                raise
+            except Exception as exc:  # yaml.YAMLError and friends
+                raise ConfigError(f"cannot read {path}: {_one_line(exc)}") from None
+            if loaded is None:
+                loaded = OmegaConf.create({})
+            if not isinstance(loaded, DictConfig):
+                raise ConfigError(f"{path}: the top level must be a mapping of keys")
+            cfg = OmegaConf.merge(cfg, loaded)
+        for item in overrides:
+            if "=" not in item or item.startswith("="):
+                raise ConfigError(f"override {item!r} is not of the form key=value")
+        if overrides:
+            cfg = OmegaConf.merge(cfg, OmegaConf.from_dotlist(list(overrides)))
+    except ConfigError:
+        raise
+    except OmegaConfBaseException as exc:
+        msg = _one_line(exc)
+        if "Key '" in msg and "not in" in msg:
+            full_key = getattr(exc, "full_key", None) or msg
+            msg = f"unknown config key {full_key!r}"
+        raise ConfigError(msg) from None
+    except Exception as exc:  # e.g. a malformed dotlist entry
+        raise ConfigError(_one_line(exc)) from None
+    _check(cfg)
+    return cfg
+
+
+def to_yaml(cfg: DictConfig) -> str:
+    """The resolved config as YAML text."""
+    return OmegaConf.to_yaml(cfg, resolve=True)

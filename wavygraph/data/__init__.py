@@ -1,0 +1,54 @@
+"""Data sets by name for node prediction, read offline from ``data.root``.
+
+    >>> from wavygraph.data import load_dataset
+    >>> data, info = load_dataset("cora", root="data")
+    >>> info.task, info.metric, info.num_outputs
+    ('multiclass', 'acc', 7)
+
+:func:`load_dataset` returns ``(data, info)``: a PyG ``Data`` with ``x``,
+``edge_index``, ``y`` and boolean ``train_mask`` / ``val_mask`` /
+``test_mask`` of the chosen split, and a :class:`DatasetInfo` with the task
+type (``"multiclass"`` or ``"multilabel"``), the metric (``"acc"`` or
+``"rocauc"``) and ``info.score(y_true, logits)`` (OGB's own ``Evaluator`` for
+``ogbn-*``).
+
+Registered (:data:`DATASETS`): ``ogbn-arxiv``, ``ogbn-proteins``,
+``ogbn-products`` (OGB's loader, official split); PyG's offline-capable sets
+``cora``, ``citeseer``, ``pubmed`` (public split), ``actor`` (10 splits),
+``cornell``, ``texas``, ``wisconsin``, ``chameleon``, ``squirrel``,
+``roman-empire``, ``amazon-ratings``, ``minesweeper``, ``tolokers``,
+``questions``, ``amazon-computers``, ``amazon-photo``, ``coauthor-cs``,
+``coauthor-physics``, ``wikics``; and the synthetic ``csbm``.
+
+Nothing is downloaded: missing files raise :class:`DatasetNotFoundError`
+whose one-line message says what to put where.
+"""
+from .batching import induced_subgraph, node_chunks, random_partition
+from .csbm import CSBM_PRESETS, load_csbm, make_csbm
+from .errors import DatasetNotFoundError, UnknownDatasetError, WavygraphDataError
+from .info import DatasetInfo
+from .ogb_format import write_ogb_node_dataset
+from .ogbn import load_ogbn, ogb_safe_load
+from .pyg import PYG_SOURCES, load_pyg
+from .registry import DATASETS, DatasetSpec, load_dataset
+
+__all__ = [
+    "DATASETS",
+    "DatasetSpec",
+    "DatasetInfo",
+    "load_dataset",
+    "load_ogbn",
+    "load_pyg",
+    "load_csbm",
+    "make_csbm",
+    "CSBM_PRESETS",
+    "PYG_SOURCES",
+    "ogb_safe_load",
+    "write_ogb_node_dataset",
+    "random_partition",
+    "node_chunks",
+    "induced_subgraph",
+    "WavygraphDataError",
+    "UnknownDatasetError",
+    "DatasetNotFoundError",
+]

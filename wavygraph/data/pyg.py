@@ -1,0 +1,176 @@
+"""PyG's data sets that read local files, by name, offline.
+
+Each is read from ``<root>/<Name>/raw`` (Planetoid: ``<root>/Cora/raw``,
+``<root>/CiteSeer/raw``; Actor: ``<root>/Actor/raw``; ...). The PyG class is
+subclassed with a ``download`` that never reaches the network: when raw files
+are missing it raises :class:`DatasetNotFoundError` naming the files and the
+folder, and the folders the attempt created are removed again.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from dataclasses import dataclass, field
+
+import torch
+from torch_geometric.data import Data
+
+from .errors import DatasetNotFoundError, WavygraphDataError
+from .info import DatasetInfo
+
+
+@dataclass(frozen=True)
+class PyGSource:
+    """How to build one PyG data set: ``cls(root=<root>[/subdir], **kwargs)``."""
+
+    cls_name: str
+    kwargs: dict = field(default_factory=dict)
+    subdir: str | None = None  # for classes whose root *is* the data set folder
+    metric: str = "acc"
+    case_dir: str | None = None  # folder name to look up case-insensitively
+
+
+def _dirs(root: str, depth: int = 4) -> set[str]:
+    found = set()
+    if not os.path.isdir(root):
+        return found
+    base = root.rstrip(os.sep).count(os.sep)
+    for path, dirs, _ in os.walk(root):
+        found.add(path)
+        if path.count(os.sep) - base >= depth:
+            dirs[:] = []
+    return found
+
+
+@contextlib.contextmanager
+def remove_new_dirs_on_error(root: str):
+    """Remove the folders under ``root`` (and ``root``) created inside the
+    block when it raises, so that no half-made data set folder remains."""
+    root = os.path.abspath(root)
+    parent_existed = os.path.isdir(root)
+    before = _dirs(root)
+    try:
+        yield
+    except BaseException:
+        if not parent_existed:
+            shutil.rmtree(root, ignore_errors=True)
+        else:
+            new = sorted(_dirs(root) - before, key=len)
+            removed: list[str] = []
+            for d in new:
+                if not any(d.startswith(r + os.sep) for r in removed):
+                    shutil.rmtree(d, ignore_errors=True)
+                    removed.append(d)
+        raise
+
+
+def _refuse_download(self) -> None:
+    paths = self.raw_paths
+    missing = [os.path.basename(p) for p in paths if not os.path.exists(p)] or [os.path.basename(p) for p in paths]
+    url = getattr(self, "url", None)
+    src = f" (from {url})" if isinstance(url, str) else ""
+    name = getattr(self, "_wavygraph_name", type(self).__name__)
+    raise DatasetNotFoundError(f"{name} not found: put {', '.join(missing)} into {self.raw_dir}{src}")
+
+
+def _offline_class(cls_name: str, name: str):
+    import torch_geometric.datasets as datasets
+
+    cls = getattr(datasets, cls_name)
+    # same class name: PyG's processed files and reprs are unchanged
+    return type(cls.__name__, (cls,), {"download": _refuse_download, "__module__": cls.__module__, "_wavygraph_name": name})
+
+
+def _case_insensitive(root: str, name: str) -> str:
+    if os.path.isdir(root) and not os.path.isdir(os.path.join(root, name)):
+        for entry in os.listdir(root):
+            if entry.lower() == name.lower() and os.path.isdir(os.path.join(root, entry)):
+                return entry
+    return name
+
+
+def _select(mask: torch.Tensor, split: int, name: str) -> torch.Tensor:
+    if mask.dim() == 1:
+        return mask
+    if split >= mask.shape[1]:
+        raise WavygraphDataError(f"{name} has {mask.shape[1]} splits (0..{mask.shape[1] - 1}); got data.split={split}")
+    return mask[:, split]
+
+
+def random_split_masks(y: torch.Tensor, seed: int, train: float = 0.6, val: float = 0.2):
+    """Random ``train / val / rest`` node masks, the same for the same seed."""
+    n = y.shape[0]
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
+    n_train, n_val = int(round(train * n)), int(round(val * n))
+    masks = [torch.zeros(n, dtype=torch.bool) for _ in range(3)]
+    masks[0][perm[:n_train]] = True
+    masks[1][perm[n_train : n_train + n_val]] = True
+    masks[2][perm[n_train + n_val :]] = True
+    return masks
+
+
+def load_pyg(name: str, source: PyGSource, root: str, split: int = 0) -> tuple[Data, DatasetInfo]:
+    """Load a PyG data set offline and select ``split`` of its masks.
+
+    Data sets with several splits (Actor, WebKB, WikipediaNetwork,
+    HeterophilousGraphDataset: 10; WikiCS: 20) take column ``split``; those
+    with one (Planetoid: the public split) need ``split=0``; those with none
+    (Amazon, Coauthor) get a random 60/20/20 split seeded by ``split``.
+    """
+    kwargs = dict(source.kwargs)
+    ds_root = os.path.join(root, source.subdir) if source.subdir else root
+    if "name" in kwargs and source.case_dir:
+        kwargs["name"] = _case_insensitive(root, kwargs["name"])
+    cls = _offline_class(source.cls_name, name)
+    with remove_new_dirs_on_error(root):
+        try:
+            dataset = cls(root=ds_root, **kwargs)
+        except WavygraphDataError:
+            raise
+        except Exception as exc:
+            raise WavygraphDataError(
+                f"{name}: PyG could not read {ds_root} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+            ) from exc
+    g = dataset[0]
+    y = g.y.view(-1).long()
+    data = Data(x=g.x.float(), edge_index=g.edge_index, y=y, num_nodes=g.num_nodes)
+    if getattr(g, "train_mask", None) is None:
+        data.train_mask, data.val_mask, data.test_mask = random_split_masks(y, split)
+        num_splits = None
+    else:
+        num_splits = g.train_mask.shape[1] if g.train_mask.dim() == 2 else 1
+        if num_splits == 1 and split != 0:
+            raise WavygraphDataError(f"{name} has one split; data.split must be 0, got {split}")
+        data.train_mask = _select(g.train_mask, split, name)
+        data.val_mask = _select(g.val_mask, split, name)
+        data.test_mask = _select(g.test_mask, split, name)
+    num_classes = int(y.max()) + 1
+    info = DatasetInfo(
+        name, "multiclass", source.metric, data.x.shape[1], num_classes, num_splits=num_splits or 0
+    )
+    return data, info
+
+
+#: name -> how to build it (see :func:`load_pyg`).
+PYG_SOURCES: dict[str, PyGSource] = {
+    "cora": PyGSource("Planetoid", {"name": "Cora"}, case_dir="Cora"),
+    "citeseer": PyGSource("Planetoid", {"name": "CiteSeer"}, case_dir="CiteSeer"),
+    "pubmed": PyGSource("Planetoid", {"name": "PubMed"}, case_dir="PubMed"),
+    "actor": PyGSource("Actor", subdir="Actor"),
+    "cornell": PyGSource("WebKB", {"name": "Cornell"}),
+    "texas": PyGSource("WebKB", {"name": "Texas"}),
+    "wisconsin": PyGSource("WebKB", {"name": "Wisconsin"}),
+    "chameleon": PyGSource("WikipediaNetwork", {"name": "chameleon"}),
+    "squirrel": PyGSource("WikipediaNetwork", {"name": "squirrel"}),
+    "roman-empire": PyGSource("HeterophilousGraphDataset", {"name": "Roman-empire"}),
+    "amazon-ratings": PyGSource("HeterophilousGraphDataset", {"name": "Amazon-ratings"}),
+    "minesweeper": PyGSource("HeterophilousGraphDataset", {"name": "Minesweeper"}, metric="rocauc"),
+    "tolokers": PyGSource("HeterophilousGraphDataset", {"name": "Tolokers"}, metric="rocauc"),
+    "questions": PyGSource("HeterophilousGraphDataset", {"name": "Questions"}, metric="rocauc"),
+    "amazon-computers": PyGSource("Amazon", {"name": "Computers"}),
+    "amazon-photo": PyGSource("Amazon", {"name": "Photo"}),
+    "coauthor-cs": PyGSource("Coauthor", {"name": "CS"}),
+    "coauthor-physics": PyGSource("Coauthor", {"name": "Physics"}),
+    "wikics": PyGSource("WikiCS", {"is_undirected": True}, subdir="WikiCS"),
+}

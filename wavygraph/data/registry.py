@@ -1,0 +1,82 @@
+"""One registry of node-prediction data sets by name."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Callable
+
+import torch
+from torch_geometric.data import Data
+
+from .csbm import load_csbm
+from .errors import UnknownDatasetError, WavygraphDataError
+from .info import DatasetInfo
+from .ogbn import load_ogbn
+from .pyg import PYG_SOURCES, load_pyg
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """A registered data set: ``loader(root=..., split=..., **options)``."""
+
+    name: str
+    loader: Callable[..., tuple[Data, DatasetInfo]]
+    description: str
+    source: str  # "ogb", "pyg" or "synthetic"
+
+
+DATASETS: dict[str, DatasetSpec] = {}
+
+
+def register(spec: DatasetSpec) -> DatasetSpec:
+    DATASETS[spec.name] = spec
+    return spec
+
+
+for _name in ("ogbn-arxiv", "ogbn-proteins", "ogbn-products"):
+    register(DatasetSpec(_name, partial(load_ogbn, _name), f"{_name} (OGB loader, official split, OGB Evaluator)", "ogb"))
+for _name, _src in PYG_SOURCES.items():
+    register(DatasetSpec(_name, partial(load_pyg, _name, _src), f"PyG {_src.cls_name}", "pyg"))
+register(
+    DatasetSpec(
+        "csbm",
+        lambda root=None, split=0, **options: load_csbm(split=split, **options),
+        "contextual stochastic block model, generated (options: preset, num_nodes, ...)",
+        "synthetic",
+    )
+)
+
+ALIASES = {"film": "actor", "arxiv": "ogbn-arxiv", "proteins": "ogbn-proteins", "products": "ogbn-products"}
+
+
+def normalize_features(x: torch.Tensor) -> torch.Tensor:
+    """Rows scaled to sum 1 (rows of zeros stay zero), like PyG's NormalizeFeatures."""
+    x = x - x.min().clamp_max(0)  # PyG's transform also shifts negatives
+    return x / x.sum(-1, keepdim=True).clamp_min(1e-12)
+
+
+def load_dataset(
+    name: str, root: str = "data", split: int = 0, normalize: bool = False, **options
+) -> tuple[Data, DatasetInfo]:
+    """Load the data set ``name`` from ``root``.
+
+    Returns ``(data, info)``: ``data`` a PyG :class:`Data` with ``x``
+    (float), ``edge_index``, ``y`` (``(N,)`` long for multi-class,
+    ``(N, T)`` float 0/1 for multi-label) and boolean ``train_mask``,
+    ``val_mask``, ``test_mask`` of the chosen ``split``; ``info`` a
+    :class:`DatasetInfo` (task, metric, sizes, ``info.score``).
+
+    ``options`` go to the loader (only ``csbm`` takes any). Raises
+    :class:`UnknownDatasetError` for a name not in :data:`DATASETS` and
+    :class:`DatasetNotFoundError` when the files are not under ``root``.
+    """
+    key = ALIASES.get(name.lower(), name.lower())
+    if key not in DATASETS:
+        raise UnknownDatasetError(f"unknown data set {name!r}; choose one of {', '.join(DATASETS)}")
+    spec = DATASETS[key]
+    if options and spec.source != "synthetic":
+        raise WavygraphDataError(f"{key} takes no options, got {', '.join(options)}")
+    data, info = spec.loader(root=root, split=split, **options)
+    if normalize:
+        data.x = normalize_features(data.x)
+    return data, info

@@ -1,0 +1,34 @@
+"""``wavygraph train CONFIG.yaml [key=value ...]``."""
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "train",
+        help="train one model on one data set",
+        description="Train per CONFIG (defaults < YAML < key=value overrides); writes "
+        "config.yaml, model.pt and metrics.json into out_dir.",
+    )
+    parser.add_argument("config", nargs="?", default=None, help="YAML config file (optional)")
+    parser.add_argument("overrides", nargs="*", default=[], help="key=value overrides, e.g. model.num_layers=8")
+    parser.set_defaults(func=main)
+    return parser
+
+
+def main(args: argparse.Namespace) -> int:
+    from wavygraph.config import load_config
+    from wavygraph.train import run
+
+    config, overrides = args.config, list(args.overrides)
+    if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
+        config, overrides = None, [config] + overrides
+    cfg = load_config(config, overrides)
+    metrics = run(cfg)
+    summary = {k: metrics[k] for k in ("metric", "best_val", "test", "best_epoch", "epochs", "seconds",
+                                       "seconds_per_epoch", "peak_memory_mb", "num_params")}
+    print(json.dumps(summary))
+    print(f"wrote {cfg.out_dir}/config.yaml, model.pt, metrics.json")
+    return 0
