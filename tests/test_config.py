@@ -1,0 +1,77 @@
+import pytest
+from omegaconf import OmegaConf
+
+from wavygraph.config import Config, ConfigError, load_config
+
+
+def test_defaults_match_dataclasses():
+    cfg = load_config(None)
+    assert cfg.model.num_layers == Config().model.num_layers
+    assert cfg.train.diagnostics is True
+    assert cfg.data.name == "cora"
+
+
+def test_precedence_defaults_yaml_overrides(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  num_layers: 5\n  hidden_channels: 16\ntrain:\n  lr: 0.5\n")
+    cfg = load_config(str(path), ["model.num_layers=7", "train.batch_size=100", "model.lam0=0.3"])
+    assert cfg.model.num_layers == 7  # override beats YAML
+    assert cfg.model.hidden_channels == 16  # YAML beats default
+    assert cfg.train.lr == 0.5
+    assert cfg.train.batch_size == 100
+    assert cfg.model.lam0 == pytest.approx(0.3)
+    assert cfg.model.dropout == Config().model.dropout  # default kept
+
+
+@pytest.mark.parametrize(
+    "overrides, needle",
+    [
+        (["model.foo=1"], "model.foo"),
+        (["bogus=1"], "bogus"),
+        (["train.epochs=abc"], "train.epochs"),
+        (["model.use_graph=maybe"], "model.use_graph"),
+        (["model.residual=bad"], "model.residual"),
+        (["model.kernel=cosine"], "model.kernel"),
+        (["model.dropout=1.5"], "model.dropout"),
+        (["train.epochs=0"], "train.epochs"),
+        (["train.lr=-1"], "train.lr"),
+        (["novalue"], "novalue"),
+    ],
+)
+def test_bad_overrides_raise_one_line(overrides, needle):
+    with pytest.raises(ConfigError) as err:
+        load_config(None, overrides)
+    msg = str(err.value)
+    assert needle in msg and "\n" not in msg
+
+
+def test_unknown_key_in_yaml(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("train:\n  epochs: 3\n  learning_rate: 0.1\n")
+    with pytest.raises(ConfigError, match="train.learning_rate"):
+        load_config(str(path))
+
+
+def test_missing_and_malformed_files(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(str(tmp_path / "nope.yaml"))
+    bad = tmp_path / "list.yaml"
+    bad.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(str(bad))
+
+
+def test_config_stays_strict_after_loading():
+    cfg = load_config(None)
+    with pytest.raises(Exception):
+        cfg.model.not_a_key = 1
+    assert OmegaConf.select(cfg, "data.csbm.preset") == "arxiv"
+
+
+@pytest.mark.parametrize("name", ["cora", "citeseer", "actor", "arxiv", "proteins", "products", "csbm"])
+def test_shipped_configs_load(name):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml"
+    cfg = load_config(str(path))
+    assert cfg.out_dir.startswith("runs/")
