@@ -119,3 +119,70 @@ class JointFFN(nn.Module):
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, hidden_channels={self.hidden_channels}, activation={self.activation!r})"
+
+
+class JointPairNorm(nn.Module):
+    r"""PairNorm (`Zhao and Akoglu, ICLR 2020 <https://arxiv.org/abs/1909.12223>`_)
+    of the state, PyG's :class:`~torch_geometric.nn.norm.PairNorm` used as
+    it is, with its velocity counterpart derived like
+    :class:`JointLayerNorm`'s: the velocity is multiplied by the state's
+    scale factor only.
+
+    .. math::
+        X' = s\,\frac{X - \bar{X}}{\sqrt{\epsilon + \frac{1}{N}\sum_i
+        \|\mathbf{x}_i - \bar{\mathbf{x}}\|^2}}, \qquad
+        Y' = s\,\frac{Y}{\sqrt{\epsilon + \frac{1}{N}\sum_i
+        \|\mathbf{x}_i - \bar{\mathbf{x}}\|^2}}
+
+    (the mean over each graph's nodes with ``batch``).
+
+    Args:
+        channels (int): size ``C`` of the last dimension (for the repr).
+        scale (float, optional): :math:`s`. (default: :obj:`1.0`)
+        eps (float, optional): as in PyG. (default: :obj:`1e-5`)
+
+    Shapes:
+        - **input:** x ``(N, C)``, v ``(N, C)`` or :obj:`None`, batch ``(N,)`` (optional)
+        - **output:** ``(x', v')`` of the same shapes
+    """
+
+    def __init__(self, channels: int, scale: float = 1.0, eps: float = 1e-5):
+        super().__init__()
+        from torch_geometric.nn import PairNorm
+
+        self.channels = channels
+        self.norm = PairNorm(scale=scale, eps=eps)
+
+    def reset_parameters(self) -> None:
+        pass
+
+    def forward(self, x: Tensor, v: Tensor | None = None, batch: Tensor | None = None):
+        x_out = self.norm(x, batch)
+        if v is None:
+            return x_out, None
+        from torch_geometric.utils import scatter
+
+        if batch is None:
+            xc = x - x.mean(dim=0, keepdim=True)
+            ms = xc.pow(2).sum(-1).mean()
+        else:
+            xc = x - scatter(x, batch, dim=0, reduce="mean").index_select(0, batch)
+            ms = scatter(xc.pow(2).sum(-1, keepdim=True), batch, dim=0, reduce="mean").index_select(0, batch)
+        return x_out, self.norm.scale * v / torch.sqrt(self.norm.eps + ms)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.channels}, scale={self.norm.scale})"
+
+
+class JointIdentity(nn.Module):
+    """No normalisation (``norm="none"``): returns ``(x, v)`` unchanged."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.channels = channels
+
+    def forward(self, x: Tensor, v: Tensor | None = None, batch: Tensor | None = None):
+        return x, v
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.channels})"

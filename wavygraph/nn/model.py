@@ -6,11 +6,19 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .conv import DIFFormerConv
+from .featscale import FeatScale
 from .graph import gcn_adjacency
-from .joint import JointFFN, JointLayerNorm
+from .joint import JointFFN, JointIdentity, JointLayerNorm, JointPairNorm
 from .steppers import STEPPERS, StepState, make_stepper
 
 MOMENTUM_NORMS = ("joint", "state")
+FORCE_SCALES = ("fixed", "rezero")
+NORMS = {"layer": JointLayerNorm, "pair": JointPairNorm, "none": JointIdentity}
+
+
+def _check_choice(name: str, value, choices) -> None:
+    if value not in choices:
+        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, choices))}")
 
 
 class WavyDIFFormer(nn.Module):
@@ -20,7 +28,7 @@ class WavyDIFFormer(nn.Module):
 
     .. math::
         X_0 &= \mathrm{dropout}(\mathrm{ReLU}(\mathrm{LN}(X W_{in} + b_{in}))) \\
-        F_\ell &= \mathrm{conv}_\ell(X_\ell) - X_\ell \\
+        F_\ell &= \alpha_\ell\,(\mathrm{conv}_\ell(X_\ell) - X_\ell) \\
         (X_{\ell+1}, Y_{\ell+1}) &= \mathrm{dropout}(\mathrm{JointLN}(
             \mathrm{step}_\ell((X_\ell, Y_\ell), F_\ell))) \\
         \hat{Y} &= X_L W_{out} + b_{out}
@@ -61,6 +69,20 @@ class WavyDIFFormer(nn.Module):
             passes the displacement through the joint LayerNorm like a
             velocity; ``"state"`` recomputes it as the difference of
             successive normalised states. (default: ``"joint"``)
+        force_scale (str, optional): ``"fixed"`` (:math:`\alpha_\ell = 1`,
+            tau alone sets the step) or ``"rezero"``: a learnable scalar
+            :math:`\alpha_\ell` per layer that starts at 0 (ReZero,
+            `Bachlechner et al. <https://arxiv.org/abs/2003.04887>`_), so
+            every block starts as the identity map (up to the norm); for
+            the wave kinds it scales the velocity update
+            :math:`Y' = Y + \tau\alpha_\ell F`. (default: ``"fixed"``)
+        norm (str, optional): normalisation after each step: ``"layer"``
+            (:class:`JointLayerNorm`), ``"pair"`` (:class:`JointPairNorm`,
+            PyG's PairNorm) or ``"none"``. (default: ``"layer"``)
+        featscale (bool, optional): re-weight the direct and high-frequency
+            parts of each layer's attention output with
+            :class:`~wavygraph.nn.featscale.FeatScale` before the force is
+            formed. (default: :obj:`False`)
 
     Shapes:
         - **input:** x ``(N, in_channels)``, edge_index ``(2, E)``,
@@ -88,6 +110,9 @@ class WavyDIFFormer(nn.Module):
         ffn_activation: str = "gelu",
         lam0: float | None = None,
         momentum_norm: str = "joint",
+        force_scale: str = "fixed",
+        norm: str = "layer",
+        featscale: bool = False,
     ):
         super().__init__()
         for name, value in (
@@ -98,12 +123,10 @@ class WavyDIFFormer(nn.Module):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if residual not in STEPPERS:
-            raise ValueError(f"unknown residual {residual!r}; choose one of {', '.join(map(repr, STEPPERS))}")
-        if momentum_norm not in MOMENTUM_NORMS:
-            raise ValueError(
-                f"unknown momentum_norm {momentum_norm!r}; choose one of {', '.join(map(repr, MOMENTUM_NORMS))}"
-            )
+        _check_choice("residual", residual, STEPPERS)
+        _check_choice("momentum_norm", momentum_norm, MOMENTUM_NORMS)
+        _check_choice("force_scale", force_scale, FORCE_SCALES)
+        _check_choice("norm", norm, NORMS)
         if not 0.0 <= dropout < 1.0:
             raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
         self.in_channels = in_channels
@@ -114,6 +137,8 @@ class WavyDIFFormer(nn.Module):
         self.use_graph = use_graph
         self.dropout = dropout
         self.momentum_norm = momentum_norm
+        self.force_scale = force_scale
+        self.norm = norm
 
         self.input = nn.Linear(in_channels, hidden_channels)
         self.input_norm = nn.LayerNorm(hidden_channels)
@@ -125,11 +150,15 @@ class WavyDIFFormer(nn.Module):
         self.steppers = nn.ModuleList(
             make_stepper(residual, hidden_channels, tau, **step_opts) for _ in range(num_layers)
         )
-        self.norms = nn.ModuleList(JointLayerNorm(hidden_channels) for _ in range(num_layers))
+        norm_cls = NORMS[norm]
+        self.norms = nn.ModuleList(norm_cls(hidden_channels) for _ in range(num_layers))
         self.ffns = nn.ModuleList(
             JointFFN(hidden_channels, activation=ffn_activation) for _ in range(num_layers) if ffn
         )
-        self.ffn_norms = nn.ModuleList(JointLayerNorm(hidden_channels) for _ in range(num_layers) if ffn)
+        self.ffn_norms = nn.ModuleList(norm_cls(hidden_channels) for _ in range(num_layers) if ffn)
+        self.featscales = nn.ModuleList(FeatScale(hidden_channels) for _ in range(num_layers) if featscale)
+        # ReZero's per-layer force scale alpha_l (starts at 0)
+        self.alpha = nn.Parameter(torch.empty(num_layers)) if force_scale == "rezero" else None
         self.output = nn.Linear(hidden_channels, out_channels)
         self.reset_parameters()
 
@@ -138,6 +167,13 @@ class WavyDIFFormer(nn.Module):
         for module in self.modules():
             if module is not self and hasattr(module, "reset_parameters"):
                 module.reset_parameters()
+        if self.alpha is not None:
+            nn.init.zeros_(self.alpha)
+
+    def _norm(self, norm: nn.Module, state: StepState, batch: Tensor | None) -> StepState:
+        if self.norm == "pair":
+            return StepState(*norm(state.x, state.v, batch))
+        return StepState(*norm(state.x, state.v))
 
     def _dropout(self, state: StepState) -> StepState:
         if not self.training or self.dropout == 0.0:
@@ -167,14 +203,19 @@ class WavyDIFFormer(nn.Module):
         state = self.steppers[0].init(h)
         hidden = [h]
         for i in range(self.num_layers):
-            force = self.convs[i](state.x, adj, batch) - state.x  # F = A x - x, (N, C)
+            ax = self.convs[i](state.x, adj, batch)  # A x, (N, C)
+            if self.featscales:
+                ax = self.featscales[i](ax, batch)
+            force = ax - state.x  # F = A x - x
+            if self.alpha is not None:
+                force = self.alpha[i] * force
             prev_x = state.x
             state = self.steppers[i](state, force)
-            state = StepState(*self.norms[i](state.x, state.v))
+            state = self._norm(self.norms[i], state, batch)
             if self.ffns:
                 fx, fv = self.ffns[i](state.x, state.v)
                 state = StepState(state.x + fx, None if state.v is None else state.v + fv)
-                state = StepState(*self.ffn_norms[i](state.x, state.v))
+                state = self._norm(self.ffn_norms[i], state, batch)
             if self.residual == "light_wave" and self.momentum_norm == "state":
                 state = StepState(state.x, state.x - prev_x)
             state = self._dropout(state)
