@@ -253,6 +253,8 @@ def plot_diagnostics(records: Sequence[dict], depth: int, path: Path) -> Path | 
             _band(ax, sub["layer"], sub["mean"], sub["std"], r)
         if name == "dirichlet_energy" and (part["value"] > 0).all():
             ax.set_yscale("log")
+        else:
+            ax.ticklabel_format(axis="y", useOffset=False)
         ax.set_title(name.replace("_", " "), fontsize=10)
         ax.set_xlabel("layer")
         ax.grid(alpha=0.3)

@@ -344,7 +344,7 @@ def run_cell(cell: Cell, out_dir: str, device: str | None = None, runner: str | 
         record = {
             "hash": cell.hash,
             "params": cell.params,
-            "config": cell.config,
+            "config": {**cell.config, "out_dir": str(final)},
             "metrics": metrics,
             "host": socket.gethostname(),
             "device": cfg.train.device,

@@ -1,0 +1,79 @@
+"""wavygraph.report on a hand-built sweep folder with known numbers."""
+import json
+import statistics
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from wavygraph import report
+from wavygraph.cli import main as cli_main
+
+SCORES = {  # (depth, residual) -> test scores of seeds 0, 1, 2
+    (2, "diffusion"): [0.70, 0.72, 0.74],
+    (2, "wave"): [0.75, 0.71, 0.73],
+    (8, "diffusion"): [0.30, 0.20, 0.25],
+    (8, "wave"): [0.60, 0.66, 0.63],
+    (8, "light_wave"): [0.50, 0.52, 0.51],
+}
+
+
+def make_folder(root: Path) -> Path:
+    for (depth, residual), scores in SCORES.items():
+        for seed, score in enumerate(scores):
+            h = f"{depth:02d}{residual[:4]}{seed}".ljust(16, "0")
+            cfg = {"data": {"name": "csbm"}, "model": {"num_layers": depth, "residual": residual},
+                   "train": {"seed": seed}, "out_dir": str(root / "cells" / h)}
+            diag = {"cosine_similarity": [seed + 0.1 * i for i in range(depth + 1)],
+                    "spectral_gap": [0.5] * depth}
+            rec = {"hash": h, "params": {"model.num_layers": depth, "model.residual": residual, "train.seed": seed},
+                   "config": cfg, "metrics": {"metric": "acc", "test": score, "best_val": score, "best_epoch": 3,
+                                              "epochs": 5, "seconds": 1.0, "num_params": 100, "diagnostics": diag}}
+            (root / "cells" / h).mkdir(parents=True)
+            (root / "cells" / h / "cell.json").write_text(json.dumps(rec))
+    return root
+
+
+def test_results_and_summary(tmp_path):
+    out = make_folder(tmp_path / "sweep")
+    paths = report.make_report(out, depth=8)
+    df = pd.read_csv(paths["results"])
+    assert len(df) == 15
+    assert list(df["residual"].unique()) == ["diffusion", "wave", "light_wave"]  # the STEPPERS order
+    row = df[(df.depth == 8) & (df.residual == "wave") & (df.seed == 1)].iloc[0]
+    assert row["test"] == 0.66 and row["cosine_similarity_last"] == pytest.approx(1.8)
+    text = Path(paths["summary"]).read_text()
+    assert "15 cells" in text and "(%)" in text
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert lines[0] == "| layers | diffusion | wave | light_wave |"
+    m, s = statistics.mean(SCORES[(8, "wave")]) * 100, statistics.stdev(SCORES[(8, "wave")]) * 100
+    m2, s2 = statistics.mean(SCORES[(2, "wave")]) * 100, statistics.stdev(SCORES[(2, "wave")]) * 100
+    m3 = statistics.mean(SCORES[(2, "diffusion")]) * 100
+    assert lines[1] == f"| 2 | {m3:.2f} ± 2.00 (3) | **{m2:.2f} ± {s2:.2f}** (3) | — |"
+    assert lines[2].startswith("| 8 | 25.00 ± 5.00 (3) | ") and f"**{m:.2f} ± {s:.2f}** (3)" in lines[2]
+    assert lines[2].count("**") == 2  # one best per depth
+
+
+def test_plots_and_depth_choice(tmp_path):
+    out = make_folder(tmp_path / "sweep")
+    paths = report.make_report(out)  # default: the largest depth
+    assert paths["diagnostics"].name == "diagnostics_depth8.png"
+    for key in ("score_plot", "diagnostics"):
+        assert paths[key].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and paths[key].stat().st_size > 5000
+    frame = report.diagnostics_frame(report.load_cells(out), 2)
+    gap = frame[frame.measure == "spectral_gap"]
+    assert sorted(gap.layer.unique()) == [1, 2]  # the gap of layer l is plotted at l
+    cos = frame[(frame.measure == "cosine_similarity") & (frame.residual == "wave")]
+    assert cos.groupby("layer")["value"].mean().tolist() == pytest.approx([1.0, 1.1, 1.2])
+    with pytest.raises(report.ReportError, match="depths 2, 8"):
+        report.make_report(out, depth=32)
+
+
+def test_cli(tmp_path, capsys):
+    out = make_folder(tmp_path / "sweep")
+    assert cli_main(["report", str(out), "--depth", "2", "--out", str(tmp_path / "r")]) == 0
+    printed = capsys.readouterr().out
+    assert "| layers |" in printed and str(tmp_path / "r" / "diagnostics_depth2.png") in printed
+    assert (tmp_path / "r" / "results.csv").is_file()
+    assert cli_main(["report", str(tmp_path / "empty")]) == 2
+    assert capsys.readouterr().err.startswith("wavygraph: error: ")
