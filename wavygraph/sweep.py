@@ -376,8 +376,19 @@ def run_cell(cell: Cell, out_dir: str, device: str | None = None, runner: str | 
 _WORKER_DEVICE: str | None = None
 
 
+def _exit_with_parent(parent: int) -> None:
+    # a worker whose sweep process was killed (kill -9) stops instead of
+    # lingering; its unfinished cell stays in tmp/ and is cleaned on the rerun
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
 def _init_worker(queue, threads: int | None) -> None:
     global _WORKER_DEVICE
+    import threading
+
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
     _WORKER_DEVICE = queue.get()
     if threads:
         import torch
