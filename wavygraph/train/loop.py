@@ -226,9 +226,13 @@ def run(cfg: DictConfig) -> dict:
     }
     if t.diagnostics and layer_diagnostics is not None:
         model.eval()
-        with torch.no_grad():
-            diag = layer_diagnostics(model, data.to(device))
-        metrics["diagnostics"] = {k: [float(v) for v in vals] for k, vals in diag.items()}
+        diag_data = Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes).to(device)
+        try:
+            with torch.no_grad():
+                diag = layer_diagnostics(model, diag_data)
+            metrics["diagnostics"] = {k: [float(v) for v in vals] for k, vals in diag.items()}
+        except Exception as exc:  # a failing measure must not lose the trained run
+            print(f"wavygraph: warning: diagnostics failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     checkpoint = {
         "state_dict": best_state,
         "config": OmegaConf.to_container(cfg, resolve=True),
