@@ -173,9 +173,11 @@ def write_summary(df: pd.DataFrame, out_dir: Path, source: Path) -> Path:
     return path
 
 
-def _band(ax, x, mean, std, label):
+def _band(ax, x, mean, std, label, positive: bool = False):
     line, = ax.plot(x, mean, marker="o", ms=3, label=label)
     lo, hi = mean - std.fillna(0.0), mean + std.fillna(0.0)
+    if positive:  # log axis: keep the band above 0 (at most a factor 10 below the mean)
+        lo = lo.where(lo > mean / 10, mean / 10)
     ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.2, linewidth=0)
 
 
@@ -248,10 +250,11 @@ def plot_diagnostics(records: Sequence[dict], depth: int, path: Path) -> Path | 
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.4 * rows), squeeze=False)
     for ax, name in zip(axes.flat, measures):
         part = frame[frame["measure"] == name]
+        log = name == "dirichlet_energy" and bool((part["value"] > 0).all())
         for r in _residual_order(part["residual"]):
             sub = part[part["residual"] == r].groupby("layer")["value"].agg(["mean", "std"]).reset_index()
-            _band(ax, sub["layer"], sub["mean"], sub["std"], r)
-        if name == "dirichlet_energy" and (part["value"] > 0).all():
+            _band(ax, sub["layer"], sub["mean"], sub["std"], r, positive=log)
+        if log:
             ax.set_yscale("log")
         else:
             ax.ticklabel_format(axis="y", useOffset=False)
