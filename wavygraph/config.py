@@ -22,6 +22,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from wavygraph.nn.functional import KERNELS, QK_NORMS
 from wavygraph.nn.joint import ACTIVATIONS
+from wavygraph.data.csbm import CSBM_PRESETS
+from wavygraph.nn import model as _model
 from wavygraph.nn.model import MOMENTUM_NORMS
 from wavygraph.nn.steppers import STEPPERS
 
@@ -71,6 +73,9 @@ class ModelConfig:
     ffn_activation: str = "gelu"
     lam0: Optional[float] = None
     momentum_norm: str = "joint"
+    force_scale: str = "fixed"
+    norm: str = "layer"
+    featscale: bool = False
 
 
 @dataclass
@@ -123,6 +128,9 @@ def _check(cfg: DictConfig) -> None:
     choice("model.qk_norm", m.qk_norm, QK_NORMS)
     choice("model.ffn_activation", m.ffn_activation, ACTIVATIONS)
     choice("model.momentum_norm", m.momentum_norm, MOMENTUM_NORMS)
+    choice("model.force_scale", m.force_scale, tuple(getattr(_model, "FORCE_SCALES", ("fixed",))))
+    choice("model.norm", m.norm, tuple(getattr(_model, "NORMS", ("layer",))))
+    choice("data.csbm.preset", cfg.data.csbm.preset, tuple(CSBM_PRESETS))
     for key in ("num_layers", "hidden_channels", "heads"):
         positive(f"model.{key}", m[key])
     positive("model.tau", m.tau)
