@@ -312,3 +312,25 @@ def test_cli_errors_are_one_line(tmp_path):
     res = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 2
     assert res.stderr.strip().startswith("wavygraph: error:") and len(res.stderr.strip().splitlines()) == 1
+
+
+def racing_run(cfg):
+    """Another process publishes the same cell while this one trains."""
+    metrics = fake_run(cfg)
+    tmp = Path(cfg.out_dir)
+    other = tmp.parent.parent / "cells" / tmp.name.split(".")[0]
+    other.mkdir(parents=True)
+    (other / "cell.json").write_text(json.dumps({"winner": "other"}))
+    return metrics
+
+
+def test_a_race_on_one_cell_keeps_the_first(tmp_path, fake_runner, monkeypatch):
+    sweep = sw.load_sweep(str(write_sweep(tmp_path, grid={"model.num_layers": [1]})))
+    cell = sw.expand(sweep)[0]
+    monkeypatch.setenv(sw.RUNNER_ENV, "test_sweep:racing_run")
+    res = sw.run_cell(cell, sweep.out_dir)
+    assert res["status"] == "duplicate"
+    out = Path(sweep.out_dir)
+    assert [p.name for p in (out / "cells").iterdir()] == [cell.hash]
+    assert json.loads((out / "cells" / cell.hash / "cell.json").read_text()) == {"winner": "other"}
+    assert not any((out / "tmp").iterdir()) and not (out / "failed").exists()

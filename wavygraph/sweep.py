@@ -364,6 +364,9 @@ def run_cell(cell: Cell, out_dir: str, device: str | None = None, runner: str | 
             failed.unlink(missing_ok=True)
     except Exception as exc:  # one cell failing does not stop the sweep
         shutil.rmtree(tmp, ignore_errors=True)
+        if is_done(out_dir, cell.hash):  # another process finished it (and may have cleaned our folder)
+            result.update(status="duplicate", seconds=time.time() - start)
+            return result
         (Path(out_dir) / "failed").mkdir(parents=True, exist_ok=True)
         (Path(out_dir) / "failed" / f"{cell.hash}.txt").write_text(
             json.dumps(cell.params) + "\n" + traceback.format_exc()
