@@ -55,8 +55,13 @@ class WavyDIFFormer(nn.Module):
         graph_weight (float, optional): blend weight of the local branch;
             :obj:`None` adds it. (default: :obj:`None`)
         tau (float, optional): step size. (default: :obj:`0.5`)
-        dropout (float, optional): dropout after the input layer and every
-            layer. (default: :obj:`0.0`)
+        dropout (float, optional): dropout after the input layer, and after
+            every layer unless ``layer_dropout`` is given. (default: :obj:`0.0`)
+        layer_dropout (float, optional): dropout of the state (and, with the
+            same mask, its velocity) after every layer; :obj:`None` uses
+            ``dropout`` (DIFFormer). Deep stacks train far better with 0:
+            a mask on the state at each of 64 layers erases the signal the
+            dynamics carry (see README). (default: :obj:`None`)
         ffn (bool, optional): add a joint FFN sub-layer (residual, followed
             by a second joint LayerNorm) after each attention step.
             (default: :obj:`False`)
@@ -106,6 +111,7 @@ class WavyDIFFormer(nn.Module):
         graph_weight: float | None = None,
         tau: float = 0.5,
         dropout: float = 0.0,
+        layer_dropout: float | None = None,
         ffn: bool = False,
         ffn_activation: str = "gelu",
         lam0: float | None = None,
@@ -127,8 +133,9 @@ class WavyDIFFormer(nn.Module):
         _check_choice("momentum_norm", momentum_norm, MOMENTUM_NORMS)
         _check_choice("force_scale", force_scale, FORCE_SCALES)
         _check_choice("norm", norm, NORMS)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must lie in [0, 1), got {dropout!r}")
+        for name, value in (("dropout", dropout), ("layer_dropout", layer_dropout)):
+            if value is not None and not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must lie in [0, 1), got {value!r}")
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
         self.out_channels = out_channels
@@ -136,6 +143,7 @@ class WavyDIFFormer(nn.Module):
         self.residual = residual
         self.use_graph = use_graph
         self.dropout = dropout
+        self.layer_dropout = dropout if layer_dropout is None else layer_dropout
         self.momentum_norm = momentum_norm
         self.force_scale = force_scale
         self.norm = norm
@@ -176,9 +184,9 @@ class WavyDIFFormer(nn.Module):
         return StepState(*norm(state.x, state.v))
 
     def _dropout(self, state: StepState) -> StepState:
-        if not self.training or self.dropout == 0.0:
+        if not self.training or self.layer_dropout == 0.0:
             return state
-        mask = F.dropout(torch.ones_like(state.x), self.dropout, True)  # same mask for x and v
+        mask = F.dropout(torch.ones_like(state.x), self.layer_dropout, True)  # same mask for x and v
         return StepState(state.x * mask, None if state.v is None else state.v * mask)
 
     def forward(
