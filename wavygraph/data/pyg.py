@@ -18,6 +18,7 @@ from torch_geometric.data import Data
 
 from .errors import DatasetNotFoundError, WavygraphDataError
 from .info import DatasetInfo
+from .ogbn import ogb_safe_load
 
 
 @dataclass(frozen=True)
@@ -125,7 +126,8 @@ def load_pyg(name: str, source: PyGSource, root: str, split: int = 0) -> tuple[D
     cls = _offline_class(source.cls_name, name)
     with remove_new_dirs_on_error(root):
         try:
-            dataset = cls(root=ds_root, **kwargs)
+            with ogb_safe_load():  # PyG's own weights-only load, without its unsafe fallback
+                dataset = cls(root=ds_root, **kwargs)
         except WavygraphDataError:
             raise
         except Exception as exc:
