@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
 KERNELS = ("simple", "sigmoid")
@@ -81,18 +82,175 @@ def _normalize(q: Tensor, k: Tensor, qk_norm: str) -> tuple[Tensor, Tensor]:
     return q, k
 
 
+def _unit(x: Tensor, qk_norm: str) -> tuple[Tensor, Tensor]:
+    """``x`` scaled to unit norm and the norm it was divided by (broadcastable)."""
+    tiny = torch.finfo(x.dtype).tiny
+    if qk_norm == "global":
+        norm = torch.linalg.vector_norm(x).clamp_min(tiny)
+    else:
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(tiny)
+    return x / norm, norm
+
+
+def _unit_backward(gy: Tensor, y: Tensor, norm: Tensor, qk_norm: str) -> Tensor:
+    """Gradient through ``y = x / ||x||`` given ``y`` and ``||x||``."""
+    if qk_norm == "global":
+        return (gy - y * (gy * y).sum()) / norm
+    return (gy - y * (gy * y).sum(-1, keepdim=True)) / norm
+
+
+class _SimpleKernel(torch.autograd.Function):
+    """DIFFormer-s on one graph with a hand-written backward.
+
+    Saves only q, k, v (the caller's tensors), the output, the ``(N, H)``
+    denominator, the two norms and the small ``(H, D, Dv)`` / ``(H, D)``
+    summaries; the normalised q~, k~ are recomputed in backward. Autograd
+    through the plain formula would keep about ten ``(N, H, D)`` buffers.
+    """
+
+    @staticmethod
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, qk_norm: str) -> Tensor:
+        n = q.shape[0]
+        qn, nq = _unit(q, qk_norm)  # (N, H, D)
+        kn, nk = _unit(k, qk_norm)
+        kv = torch.einsum("nhd,nhe->hde", kn, v)  # (H, D, Dv)
+        ks = kn.sum(0)  # (H, D)
+        num = torch.einsum("nhd,hde->nhe", qn, kv).add_(v.sum(0))  # (N, H, Dv)
+        den = torch.einsum("nhd,hd->nh", qn, ks).add_(n)  # (N, H)
+        # Every weight 1 + q~.k~ lies in [0, 2] (|q~|, |k~| <= 1), so the true
+        # denominator is >= 0 and is 0 only if every weight of the row is 0,
+        # in which case the numerator is 0 as well. The floor keeps that
+        # corner (and rounding just below 0) finite without touching ordinary
+        # rows, whose denominator is close to N.
+        floor = n * torch.finfo(den.dtype).eps
+        active = den > floor  # (N, H) small; gradient of the clamp
+        den = den.clamp_min(floor)
+        out = num.div_(den.unsqueeze(-1))
+        ctx.qk_norm = qk_norm
+        ctx.save_for_backward(q, k, v, out, den, active, nq, nk, kv, ks)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: Tensor):
+        q, k, v, out, den, active, nq, nk, kv, ks = ctx.saved_tensors
+        qk_norm = ctx.qk_norm
+        qn = q / nq
+        kn = k / nk
+        dnum = g / den.unsqueeze(-1)  # (N, H, Dv)
+        dden = -(dnum * out).sum(-1) * active  # (N, H)
+        # num = sum v + q~ kv ;  den = N + q~ . ks
+        dqn = torch.einsum("nhe,hde->nhd", dnum, kv).addcmul_(dden.unsqueeze(-1), ks)
+        dkv = torch.einsum("nhd,nhe->hde", qn, dnum)  # (H, D, Dv)
+        dks = torch.einsum("nh,nhd->hd", dden, qn)  # (H, D)
+        dv = torch.einsum("nhd,hde->nhe", kn, dkv).add_(dnum.sum(0))
+        dkn = torch.einsum("nhe,hde->nhd", v, dkv).add_(dks)
+        dq = _unit_backward(dqn, qn, nq, qk_norm)
+        dk = _unit_backward(dkn, kn, nk, qk_norm)
+        return dq, dk, dv, None
+
+
 def _simple_single(q: Tensor, k: Tensor, v: Tensor, qk_norm: str) -> Tensor:
-    n = q.shape[0]
-    q, k = _normalize(q, k, qk_norm)
-    kv = torch.einsum("nhd,nhe->hde", k, v)  # (H, D, Dv)
-    num = v.sum(0) + torch.einsum("nhd,hde->nhe", q, kv)  # (N, H, Dv)
-    den = n + torch.einsum("nhd,hd->nh", q, k.sum(0))  # (N, H)
-    # Every weight 1 + q~.k~ lies in [0, 2] (|q~|, |k~| <= 1), so the true
-    # denominator is >= 0 and is 0 only if every weight of the row is 0, in
-    # which case the numerator is 0 as well. The clamp keeps that corner
-    # (and rounding just below 0) finite without touching ordinary rows,
-    # whose denominator is close to N.
-    den = den.clamp_min(n * torch.finfo(den.dtype).eps)
+    return _SimpleKernel.apply(q, k, v, qk_norm)
+
+
+#: Rows per chunk of the batched (segment) products, see :class:`Segments`.
+CHUNK_ROWS = 32
+
+
+class Segments:
+    """Nodes grouped by graph, laid out for loop-free per-graph products.
+
+    Every graph's nodes are copied into whole chunks of ``rows`` rows (the
+    last chunk of a graph zero-filled), so a chunk belongs to exactly one
+    graph. Per-graph sums of outer products ``X_b^T Y_b`` are then one
+    batched matmul over chunks plus an ``index_add`` of the ``(C, E)``
+    partial sums into their graph, and per-node products ``x_n M_{b(n)}`` one
+    batched matmul with each chunk's graph matrix. The zero fill costs at most
+    ``rows - 1`` rows per graph (no padding to the largest graph), everything
+    is differentiable with plain autograd, and memory stays ``O(N d + B d^2)``
+    (no per-node outer products). Building it reads the graph sizes once
+    (one host sync).
+
+    Args:
+        batch (torch.Tensor): graph index of every node ``(N,)``, any order.
+        num_graphs (int, optional): number of graphs ``B``; :obj:`None` takes
+            ``batch.max() + 1``.
+        rows (int, optional): rows per chunk. (default: :obj:`CHUNK_ROWS`)
+    """
+
+    def __init__(self, batch: Tensor, num_graphs: int | None = None, rows: int = CHUNK_ROWS):
+        batch = batch.long()
+        n = batch.numel()
+        if num_graphs is None:
+            num_graphs = int(batch.max()) + 1 if n > 0 else 0
+        device = batch.device
+        counts = torch.bincount(batch, minlength=num_graphs)  # (B,)
+        chunks = (counts + rows - 1) // rows  # (B,)
+        ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
+        torch.cumsum(counts, 0, out=ptr[1:])
+        cptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
+        torch.cumsum(chunks * rows, 0, out=cptr[1:])
+        # rank of every node inside its graph (stable: keeps the given order)
+        perm = torch.argsort(batch, stable=True)
+        rank = torch.empty_like(batch)
+        rank[perm] = torch.arange(n, device=device) - ptr[batch[perm]]
+        self.batch = batch
+        self.num_graphs = num_graphs
+        self.rows = rows
+        self.counts = counts
+        self.dest = cptr[batch] + rank  # (N,) row of every node in the chunk layout
+        self.num_rows = int(cptr[-1])  # the one host sync
+        self.chunk_graph = torch.repeat_interleave(
+            torch.arange(num_graphs, device=device), chunks, output_size=self.num_rows // rows
+        )  # (num_chunks,)
+
+    def pad(self, x: Tensor) -> Tensor:
+        """``(N, *F)`` -> ``(num_chunks, rows, *F)``, zero-filled."""
+        out = x.new_zeros((self.num_rows,) + tuple(x.shape[1:]))
+        out = out.index_copy(0, self.dest, x)
+        return out.view((-1, self.rows) + tuple(x.shape[1:]))
+
+    def unpad(self, xp: Tensor) -> Tensor:
+        """Inverse of :meth:`pad`: ``(num_chunks, rows, *F)`` -> ``(N, *F)``."""
+        return xp.reshape((self.num_rows,) + tuple(xp.shape[2:])).index_select(0, self.dest)
+
+    def outer(self, xp: Tensor, yp: Tensor, eq: str = "crd,cre->cde") -> Tensor:
+        """Per-graph ``sum_n x_n^T y_n`` of padded ``xp``, ``yp``: ``(B, ...)``."""
+        part = torch.einsum(eq, xp, yp)  # (num_chunks, ...)
+        out = part.new_zeros((self.num_graphs,) + tuple(part.shape[1:]))
+        return out.index_add(0, self.chunk_graph, part)
+
+    def matmul(self, xp: Tensor, m: Tensor, eq: str = "crd,cde->cre") -> Tensor:
+        """Per-node ``x_n M_{b(n)}`` of padded ``xp`` and per-graph ``m``."""
+        return torch.einsum(eq, xp, m.index_select(0, self.chunk_graph))
+
+    def sum(self, x: Tensor) -> Tensor:
+        """Per-graph sum of ``(N, *F)``: ``(B, *F)``."""
+        out = x.new_zeros((self.num_graphs,) + tuple(x.shape[1:]))
+        return out.index_add(0, self.batch, x)
+
+
+def _simple_batched(q: Tensor, k: Tensor, v: Tensor, batch: Tensor, qk_norm: str) -> Tensor:
+    """DIFFormer-s on every graph of a batch at once, no Python loop over graphs."""
+    seg = Segments(batch)
+    b = seg.batch
+    tiny = torch.finfo(q.dtype).tiny
+    if qk_norm == "global":  # one Frobenius norm per graph (nodes and heads)
+        nq = seg.sum(q.square().sum((1, 2))).sqrt().clamp_min(tiny)  # (B,)
+        nk = seg.sum(k.square().sum((1, 2))).sqrt().clamp_min(tiny)
+        qn = q / nq.index_select(0, b).view(-1, 1, 1)
+        kn = k / nk.index_select(0, b).view(-1, 1, 1)
+    else:
+        qn = F.normalize(q, dim=-1)
+        kn = F.normalize(k, dim=-1)
+    kv = seg.outer(seg.pad(kn), seg.pad(v), "crhd,crhe->chde")  # (B, H, D, Dv)
+    ks = seg.sum(kn)  # (B, H, D)
+    vs = seg.sum(v)  # (B, H, Dv)
+    num = seg.unpad(seg.matmul(seg.pad(qn), kv, "crhd,chde->crhe")) + vs.index_select(0, b)  # (N, H, Dv)
+    n = seg.counts.to(q.dtype).index_select(0, b).unsqueeze(-1)  # (N, 1)
+    den = (qn * ks.index_select(0, b)).sum(-1) + n  # (N, H)
+    den = torch.maximum(den, n * torch.finfo(den.dtype).eps)  # see _SimpleKernel
     return num / den.unsqueeze(-1)
 
 
@@ -174,6 +332,8 @@ def all_pair_attention(
 
     if batch is None:
         return single(q, k, v)
+    if kernel == "simple":
+        return _simple_batched(q, k, v, batch, qk_norm)
 
     batch = batch.long()
     perm = torch.argsort(batch, stable=True)

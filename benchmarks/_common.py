@@ -1,0 +1,85 @@
+"""Shared helpers of the benchmark scripts: alternating timing, peak memory."""
+from __future__ import annotations
+
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import time
+
+import torch
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def time_alternating(fns: dict, reps: int, device: str, warmup: int = 1) -> dict:
+    """Median seconds per call of every function, the functions called in turn
+    (a, b, c, a, b, c, ...) so that load from other jobs hits all alike."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+            sync(device)
+    times = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            sync(device)
+            t0 = time.perf_counter()
+            fn()
+            sync(device)
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def current_rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def peak_rss() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+
+
+def measure_peak(fn, device: str) -> int:
+    """Bytes above the resident baseline at the peak of one call of ``fn``.
+
+    On CUDA: ``torch.cuda.max_memory_allocated``. On CPU the process's peak
+    RSS, so call this in a fresh process (:func:`in_subprocess`)."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    base = current_rss()
+    fn()
+    return peak_rss() - base
+
+
+def in_subprocess(module: str, args: list[str]) -> dict:
+    """Run ``python -m module args`` and parse the JSON its last line prints."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    res = subprocess.run(
+        [sys.executable, "-m", module, *args], capture_output=True, text=True, env=env, cwd=root
+    )
+    if res.returncode != 0:
+        raise RuntimeError(f"{module} {' '.join(args)} failed:\n{res.stderr[-2000:]}")
+    return json.loads(res.stdout.strip().splitlines()[-1])
+
+
+def machine_line(device: str) -> str:
+    line = f"torch {torch.__version__}, nproc {os.cpu_count()}, torch threads {torch.get_num_threads()}"
+    if device.startswith("cuda"):
+        line += f", GPU {torch.cuda.get_device_name()}"
+    return line
+
+
+def fmt_mb(b: float) -> str:
+    return f"{b / 2**20:.0f}"
