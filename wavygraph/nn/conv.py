@@ -95,8 +95,13 @@ def _folded_simple_attention(
             gram = seg.outer(xp, xp)  # (B, C, C)
             colsum = seg.sum(x)  # (B, C)
             count = seg.counts.to(dtype)  # (B,)
+        # The small algebra runs in float64: it is O(C^2 H D) work, and the
+        # norms and K~^T V combine Gram entries that can cancel.
+        small = torch.float64 if x.device.type == "cpu" else dtype
+        gram, colsum, count = gram.to(small), colsum.to(small), count.to(small)
+        wq, wk, wv, bq, bk, bv = (t.to(small) for t in (wq, wk, wv, bq, bk, bv))
         cnt = count.unsqueeze(-1)  # (..., 1)
-        eye = torch.eye(heads, dtype=dtype, device=x.device)
+        eye = torch.eye(heads, dtype=small, device=x.device)
 
         def blockdiag(t: Tensor) -> Tensor:
             # (..., H, D, E) -> block-diagonal (..., H D, H E)
@@ -123,7 +128,9 @@ def _folded_simple_attention(
         m = torch.cat([wq.T @ kv_bd, wq.T @ ks_bd], dim=-1) / nq.unsqueeze(-1)  # (..., C, H Dv + H)
         c_num = (bq @ kv_bd) / nq + vs  # (..., H Dv)
         c_den = (bq @ ks_bd) / nq + cnt  # (..., H)
-        c = torch.cat([c_num, c_den], dim=-1)  # (..., H Dv + H)
+        c = torch.cat([c_num, c_den], dim=-1).to(dtype)  # (..., H Dv + H)
+        m = m.to(dtype)
+        count = count.to(dtype)
         eps = torch.finfo(dtype).eps
         if seg is None:
             p = torch.addmm(c, x, m)  # (N, H Dv + H)
