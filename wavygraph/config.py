@@ -90,6 +90,7 @@ class TrainConfig:
     patience: Optional[int] = None  # stop after this many evaluations without a better val score
     seed: int = 0
     device: str = "cpu"
+    num_threads: Optional[int] = None  # torch CPU threads; None: torch's default
     diagnostics: bool = True
     progress: bool = True
 
@@ -150,6 +151,7 @@ def _check(cfg: DictConfig) -> None:
     positive("train.eval_batch_size", t.eval_batch_size, allow_zero=True)
     positive("train.eval_every", t.eval_every)
     positive("train.patience", t.patience)
+    positive("train.num_threads", t.num_threads)
     positive("data.split", d.split, allow_zero=True)
     if not d.name:
         raise ConfigError("data.name must not be empty")

@@ -29,6 +29,9 @@ def main(args: argparse.Namespace) -> int:
     metrics = run(cfg)
     summary = {k: metrics[k] for k in ("metric", "best_val", "test", "best_epoch", "epochs", "seconds",
                                        "seconds_per_epoch", "peak_memory_mb", "num_params")}
-    print(json.dumps(summary))
-    print(f"wrote {cfg.out_dir}/config.yaml, model.pt, metrics.json")
+    try:
+        print(json.dumps(summary))
+        print(f"wrote {cfg.out_dir}/config.yaml, model.pt, metrics.json", flush=True)
+    except BrokenPipeError:  # e.g. piped into head
+        pass
     return 0

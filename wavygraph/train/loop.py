@@ -165,6 +165,8 @@ def run(cfg: DictConfig) -> dict:
     start = time.time()
     t = cfg.train
     device = resolve_device(t.device)
+    if t.num_threads:
+        torch.set_num_threads(t.num_threads)
     seed_everything(t.seed)
     options = dict(OmegaConf.to_container(cfg.data.csbm)) if cfg.data.name.lower() == "csbm" else {}
     data, info = load_dataset(cfg.data.name, cfg.data.root, cfg.data.split, cfg.data.normalize_features, **options)
