@@ -35,6 +35,7 @@ def test_precedence_defaults_yaml_overrides(tmp_path):
         (["model.dropout=1.5"], "model.dropout"),
         (["train.epochs=0"], "train.epochs"),
         (["train.lr=-1"], "train.lr"),
+        (["train.num_threads=0"], "train.num_threads"),
         (["novalue"], "novalue"),
     ],
 )
@@ -75,3 +76,18 @@ def test_shipped_configs_load(name):
     path = Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml"
     cfg = load_config(str(path))
     assert cfg.out_dir.startswith("runs/")
+
+
+def test_model_config_covers_every_model_option():
+    import dataclasses
+    import inspect
+
+    from wavygraph.config import ModelConfig
+    from wavygraph.nn import WavyDIFFormer
+
+    params = set(inspect.signature(WavyDIFFormer.__init__).parameters) - {"self", "in_channels", "out_channels"}
+    assert {f.name for f in dataclasses.fields(ModelConfig)} == params
+    defaults = {k: p.default for k, p in inspect.signature(WavyDIFFormer.__init__).parameters.items()}
+    for f in dataclasses.fields(ModelConfig):  # same defaults, except DIFFormer's dropout and a 64-wide model
+        if f.name not in ("dropout", "hidden_channels"):
+            assert f.default == defaults[f.name], f.name

@@ -140,6 +140,8 @@ def _check(cfg: DictConfig) -> None:
         raise ConfigError(f"model.dropout={m.dropout!r} must lie in [0, 1)")
     if m.layer_dropout is not None and not 0.0 <= m.layer_dropout < 1.0:
         raise ConfigError(f"model.layer_dropout={m.layer_dropout!r} must lie in [0, 1) or be null")
+    if m.layer_dropout is not None and not 0.0 <= m.layer_dropout < 1.0:
+        raise ConfigError(f"model.layer_dropout={m.layer_dropout!r} must lie in [0, 1) or be null")
     if m.graph_weight is not None and not 0.0 <= m.graph_weight <= 1.0:
         raise ConfigError(f"model.graph_weight={m.graph_weight!r} must lie in [0, 1] or be null")
     if m.lam0 is not None and not 0.0 < m.lam0 < 1.0:
