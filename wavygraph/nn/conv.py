@@ -136,8 +136,10 @@ def _folded_simple_attention(
             p = torch.addmm(c, x, m)  # (N, H Dv + H)
             floor = (count * eps).view(1, 1)
         else:
-            p = seg.unpad(seg.matmul(xp, m)) + c.index_select(0, seg.batch)
-            floor = (count * eps).index_select(0, seg.batch).unsqueeze(-1)  # (N, 1)
+            # bias and floor added per chunk: the gathers (and their backward
+            # scatters) run over chunks, not nodes
+            p = seg.unpad(seg.matmul(xp, m) + c.index_select(0, seg.chunk_graph).unsqueeze(1))
+            floor = seg.unpad((count * eps).index_select(0, seg.chunk_graph).view(-1, 1, 1).expand(-1, seg.rows, 1))
         # weights 1 + q~.k~ are >= 0 (|q~|, |k~| <= 1), so the denominator is
         # >= 0; the floor keeps the all-zero corner and rounding finite.
         return _RatioMean.apply(p, floor, heads)

@@ -192,9 +192,13 @@ class Segments:
         cptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
         torch.cumsum(chunks * rows, 0, out=cptr[1:])
         # rank of every node inside its graph (stable: keeps the given order)
-        perm = torch.argsort(batch, stable=True)
-        rank = torch.empty_like(batch)
-        rank[perm] = torch.arange(n, device=device) - ptr[batch[perm]]
+        arange = torch.arange(n, device=device)
+        if n < 2 or bool((batch[1:] >= batch[:-1]).all()):  # sorted, as PyG batches are
+            rank = arange - ptr[batch]
+        else:
+            perm = torch.argsort(batch, stable=True)
+            rank = torch.empty_like(batch)
+            rank[perm] = arange - ptr[batch[perm]]
         self.batch = batch
         self.num_graphs = num_graphs
         self.rows = rows

@@ -28,7 +28,15 @@ def gcn_adjacency(edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch
 
 
 def propagate(adj: Tensor, x: Tensor) -> Tensor:
-    """``adj @ x`` for a sparse ``adj`` and dense ``x`` of shape ``(N, ...)``."""
+    """``adj @ x`` for a sparse ``adj`` and dense ``x`` of shape ``(N, ...)``.
+
+    Low-precision ``x`` (bf16/fp16, e.g. under autocast) is summed in the
+    adjacency's precision (at least float32); the result has that dtype."""
     n = x.shape[0]
-    out = torch.sparse.mm(adj, x.reshape(n, -1))
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        if x.dtype != adj.dtype:
+            x = x.to(torch.promote_types(adj.dtype, torch.float32))
+            if adj.dtype != x.dtype:
+                adj = adj.to(x.dtype)
+        out = torch.sparse.mm(adj, x.reshape(n, -1))
     return out.view(x.shape)
