@@ -44,11 +44,34 @@ def peak_rss() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
+def vm_hwm() -> int:
+    """The process's resident high-water mark (``VmHWM``) in bytes."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return peak_rss()
+
+
+def reset_hwm() -> bool:
+    """Reset the resident high-water mark to the current RSS (Linux
+    ``/proc/self/clear_refs``, value 5); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
 def measure_peak(fn, device: str) -> int:
     """Bytes above the resident baseline at the peak of one call of ``fn``.
 
-    On CUDA: ``torch.cuda.max_memory_allocated``. On CPU the process's peak
-    RSS, so call this in a fresh process (:func:`in_subprocess`)."""
+    On CUDA: ``torch.cuda.max_memory_allocated``. On CPU the resident
+    high-water mark, reset to the current RSS just before the call (so the
+    start-up peak of the process does not count); call it in a fresh process
+    (:func:`in_subprocess`) so that freed, cached memory of earlier work does
+    not hide the call's own allocations."""
     if device.startswith("cuda"):
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
@@ -57,8 +80,10 @@ def measure_peak(fn, device: str) -> int:
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
     base = current_rss()
+    if not reset_hwm():
+        raise RuntimeError("cannot reset the peak-RSS mark (/proc/self/clear_refs); use --no-memory")
     fn()
-    return peak_rss() - base
+    return vm_hwm() - base
 
 
 def in_subprocess(module: str, args: list[str]) -> dict:

@@ -87,7 +87,7 @@ def main() -> None:
     head = "| N | C | H | " + " | ".join(f"{i} s" for i in args.impls)
     head += " | " + " | ".join(f"{i} MB" for i in args.impls)
     peers = [i for i in args.impls if i != "wavygraph"]
-    head += " | " + " | ".join(f"{p}/wavygraph time | {p}/wavygraph mem" for p in peers) + " |"
+    head += "".join(f" | {p}/wavygraph time | {p}/wavygraph mem" for p in peers) + " |"
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
     ours_times = {}

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from .functional import KERNELS, QK_NORMS, Segments, _check_choice, all_pair_attention
+from .functional import KERNELS, QK_NORMS, Buckets, _check_choice, all_pair_attention
 from .graph import gcn_adjacency, propagate
 
 
@@ -90,10 +90,11 @@ def _folded_simple_attention(
             gram, colsum = _GramSum.apply(x)  # (C, C), (C,)
             count = x.new_full((), float(x.shape[0]))  # ()
         else:
-            seg = Segments(batch)
-            xp = seg.pad(x)  # (chunks, rows, C)
-            gram = seg.outer(xp, xp)  # (B, C, C)
-            colsum = seg.sum(x)  # (B, C)
+            # graphs padded to bucket sizes (at most 1/8 more rows), per-graph
+            # statistics in slot order (graphs sorted by padded size)
+            seg = Buckets(batch)
+            xp = seg.pad(x)  # (rows, C)
+            gram, colsum = seg.gram(xp)  # (B, C, C), (B, C)
             count = seg.counts.to(dtype)  # (B,)
         # The small algebra runs in float64: it is O(C^2 H D) work, and the
         # norms and K~^T V combine Gram entries that can cancel.
@@ -136,10 +137,11 @@ def _folded_simple_attention(
             p = torch.addmm(c, x, m)  # (N, H Dv + H)
             floor = (count * eps).view(1, 1)
         else:
-            # bias and floor added per chunk: the gathers (and their backward
-            # scatters) run over chunks, not nodes
-            p = seg.unpad(seg.matmul(xp, m) + c.index_select(0, seg.chunk_graph).unsqueeze(1))
-            floor = seg.unpad((count * eps).index_select(0, seg.chunk_graph).view(-1, 1, 1).expand(-1, seg.rows, 1))
+            # one baddbmm per bucket; the ratio runs on the padded rows (the
+            # padding rows' gradient is 0) and only the result is gathered
+            p = seg.affine(xp, m, c)  # (rows, H Dv + H)
+            floor = (count * eps).repeat_interleave(seg.rows_per_slot, output_size=seg.num_rows).view(-1, 1)
+            return seg.unpad(_RatioMean.apply(p, floor, heads))
         # weights 1 + q~.k~ are >= 0 (|q~|, |k~| <= 1), so the denominator is
         # >= 0; the floor keeps the all-zero corner and rounding finite.
         return _RatioMean.apply(p, floor, heads)

@@ -1,0 +1,129 @@
+"""One full-batch training epoch on an ogbn-arxiv-size synthetic graph
+(CSBM preset ``arxiv``: 169,343 nodes, about 1.2M edges, 128 features,
+40 classes): WavyDIFFormer with every residual kind against PyG's
+``SGFormer`` model at equal depth and width.
+
+An epoch is: forward on the whole graph, cross-entropy on the training
+nodes, backward, one Adam step. Times: same process, the models called in
+turn, median of ``--reps``. Peak memory: one epoch in a fresh subprocess per
+model (resident high-water mark above the baseline on CPU,
+``torch.cuda.max_memory_allocated`` on CUDA).
+
+    python -m benchmarks.bench_epoch --reps 5
+    python -m benchmarks.bench_epoch --residuals diffusion light_wave --no-memory
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks._common import fmt_mb, in_subprocess, machine_line, measure_peak, time_alternating
+
+RESIDUALS = ("diffusion", "light_wave", "wave", "mix")
+
+
+def load_graph(num_nodes: int | None, device: str):
+    from wavygraph.data.csbm import load_csbm
+
+    data, _ = load_csbm(split=0, preset="arxiv", seed=0, num_nodes=num_nodes)
+    return data.to(device)
+
+
+def build(impl: str, data, args):
+    from torch_geometric.nn.models import SGFormer
+
+    from wavygraph.nn import WavyDIFFormer
+    from wavygraph.nn.graph import gcn_adjacency
+
+    torch.manual_seed(0)
+    f, c = data.num_features, int(data.y.max()) + 1
+    if impl == "sgformer":
+        model = SGFormer(f, args.hidden, c, trans_num_layers=args.layers, trans_num_heads=args.heads,
+                         trans_dropout=args.dropout, gnn_num_layers=args.layers, gnn_dropout=args.dropout)
+        graph = data.edge_index
+        one = torch.zeros(data.num_nodes, dtype=torch.long, device=data.x.device)  # one graph
+
+        def forward():
+            return model(data.x, graph, one)
+    else:
+        model = WavyDIFFormer(f, args.hidden, c, num_layers=args.layers, residual=impl, heads=args.heads,
+                              dropout=args.dropout, use_graph=True)
+        graph = gcn_adjacency(data.edge_index, data.num_nodes)  # built once, as a training loop does
+
+        def forward():
+            return model(data.x, graph)
+    model = model.to(data.x.device).train()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    mask = data.train_mask
+
+    def epoch():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(forward()[mask], data.y[mask])
+        loss.backward()
+        opt.step()
+
+    return epoch
+
+
+def child(args) -> None:
+    data = load_graph(args.num_nodes, args.device)
+    epoch = build(args.impl, data, args)
+    epoch()  # first epoch: Adam state, thread pools; not the steady-state peak
+    print(json.dumps({"peak": measure_peak(epoch, args.device)}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--residuals", nargs="+", default=list(RESIDUALS), choices=RESIDUALS)
+    ap.add_argument("--no-sgformer", action="store_true")
+    ap.add_argument("--layers", type=int, default=7)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--heads", type=int, default=1)
+    ap.add_argument("--dropout", type=float, default=0.5)
+    ap.add_argument("--num-nodes", type=int, default=None, help="override the preset's 169,343")
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--impl", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.child:
+        return child(args)
+
+    data = load_graph(args.num_nodes, args.device)
+    impls = list(args.residuals) + ([] if args.no_sgformer else ["sgformer"])
+    print(f"# bench_epoch: csbm 'arxiv' N={data.num_nodes}, E={data.edge_index.shape[1]}, F={data.num_features}, "
+          f"{args.layers} layers, hidden {args.hidden}, heads {args.heads}, dropout {args.dropout}, "
+          f"{machine_line(args.device)}, device {args.device}, median of {args.reps}")
+    fns = {i: build(i, data, args) for i in impls}
+    times = time_alternating(fns, args.reps, args.device)
+    del fns
+    mem = {}
+    if not args.no_memory:
+        for i in impls:
+            extra = ["--threads", str(args.threads)] if args.threads else []
+            if args.num_nodes:
+                extra += ["--num-nodes", str(args.num_nodes)]
+            mem[i] = in_subprocess("benchmarks.bench_epoch", [
+                "--child", "--impl", i, "--layers", str(args.layers), "--hidden", str(args.hidden),
+                "--heads", str(args.heads), "--dropout", str(args.dropout), "--device", args.device, *extra])["peak"]
+    base = "diffusion" if "diffusion" in times else impls[0]
+    print(f"| model | s/epoch | time / {base} | peak MB | mem / {base} |")
+    print("|---|---|---|---|---|")
+    for i in impls:
+        name = f"WavyDIFFormer {i}" if i != "sgformer" else "PyG SGFormer"
+        m = f"{fmt_mb(mem[i])} | {mem[i] / mem[base]:.2f}x" if i in mem else "- | -"
+        print(f"| {name} | {times[i]:.3f} | {times[i] / times[base]:.3f}x | {m} |")
+    for i in impls:
+        if i != base:
+            print(f"# {i} overhead vs {base}: {100 * (times[i] / times[base] - 1):+.1f}% time")
+
+
+if __name__ == "__main__":
+    main()
