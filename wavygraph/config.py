@@ -28,6 +28,9 @@ from wavygraph.nn.model import MOMENTUM_NORMS
 from wavygraph.nn.steppers import STEPPERS
 
 
+DIST_BACKENDS = ("auto", "gloo", "nccl")
+
+
 class ConfigError(ValueError):
     """An invalid configuration: unknown key, wrong type or bad value."""
 
@@ -93,6 +96,10 @@ class TrainConfig:
     num_threads: Optional[int] = None  # torch CPU threads; None: torch's default
     diagnostics: bool = True
     progress: bool = True
+    checkpoint_every: int = 0  # write out_dir/checkpoint.pt every k epochs (0: never)
+    resume: bool = False  # continue from out_dir/checkpoint.pt (same config) if it exists
+    distributed: bool = False  # DistributedDataParallel under torchrun (needs batch_size)
+    dist_backend: str = "auto"  # "auto" (nccl on GPUs, gloo on CPU), "gloo" or "nccl"
 
 
 @dataclass
@@ -155,6 +162,12 @@ def _check(cfg: DictConfig) -> None:
     positive("train.patience", t.patience)
     positive("train.num_threads", t.num_threads)
     positive("data.split", d.split, allow_zero=True)
+    positive("train.checkpoint_every", t.checkpoint_every, allow_zero=True)
+    choice("train.dist_backend", t.dist_backend, DIST_BACKENDS)
+    if t.resume and not t.checkpoint_every:
+        raise ConfigError("train.resume=true needs train.checkpoint_every > 0 (the run that is resumed writes checkpoints)")
+    if t.distributed and not t.batch_size:
+        raise ConfigError("train.distributed=true needs train.batch_size > 0: the ranks split the mini-batches")
     if not d.name:
         raise ConfigError("data.name must not be empty")
     if not str(cfg.out_dir):

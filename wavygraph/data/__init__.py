@@ -25,12 +25,13 @@ whose one-line message says what to put where.
 """
 from .batching import induced_subgraph, node_chunks, random_partition
 from .csbm import CSBM_PRESETS, load_csbm, make_csbm
-from .errors import DatasetNotFoundError, UnknownDatasetError, WavygraphDataError
+from .errors import DatasetNotFoundError, InvalidDataError, UnknownDatasetError, WavygraphDataError
 from .info import DatasetInfo
 from .ogb_format import write_ogb_node_dataset
 from .ogbn import load_ogbn, ogb_safe_load
 from .pyg import PYG_SOURCES, load_pyg
 from .registry import DATASETS, DatasetSpec, load_dataset
+from .validate import check_data
 
 __all__ = [
     "DATASETS",
@@ -51,4 +52,6 @@ __all__ = [
     "WavygraphDataError",
     "UnknownDatasetError",
     "DatasetNotFoundError",
+    "InvalidDataError",
+    "check_data",
 ]

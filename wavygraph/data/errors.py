@@ -13,3 +13,8 @@ class UnknownDatasetError(WavygraphDataError):
 class DatasetNotFoundError(WavygraphDataError):
     """The files of a data set are not under ``data.root`` (and wavygraph
     does not download): the message says which files to put where."""
+
+
+class InvalidDataError(WavygraphDataError):
+    """A loaded or given data set is malformed (shapes, index ranges, NaN
+    features, labels out of range): the message names the field and the fix."""

@@ -8,6 +8,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .errors import WavygraphDataError
+
 TASKS = ("multiclass", "multilabel")
 METRICS = ("acc", "rocauc")
 
@@ -67,9 +69,9 @@ class DatasetInfo:
 
     def __post_init__(self):
         if self.task not in TASKS:
-            raise ValueError(f"unknown task {self.task!r}; choose one of {TASKS}")
+            raise WavygraphDataError(f"unknown task {self.task!r}; choose one of {TASKS}")
         if self.metric not in METRICS:
-            raise ValueError(f"unknown metric {self.metric!r}; choose one of {METRICS}")
+            raise WavygraphDataError(f"unknown metric {self.metric!r}; choose one of {METRICS}")
 
     def score(self, y_true: Tensor, logits: Tensor) -> float:
         """The data set's metric of the model outputs ``logits`` (raw scores).

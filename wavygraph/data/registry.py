@@ -13,6 +13,7 @@ from .errors import UnknownDatasetError, WavygraphDataError
 from .info import DatasetInfo
 from .ogbn import load_ogbn
 from .pyg import PYG_SOURCES, load_pyg
+from .validate import check_data
 
 
 @dataclass(frozen=True)
@@ -73,10 +74,13 @@ def load_dataset(
     key = ALIASES.get(name.lower(), name.lower())
     if key not in DATASETS:
         raise UnknownDatasetError(f"unknown data set {name!r}; choose one of {', '.join(DATASETS)}")
+    if not isinstance(split, int) or isinstance(split, bool) or split < 0:
+        raise WavygraphDataError(f"split must be a non-negative integer, got {split!r}")
     spec = DATASETS[key]
     if options and spec.source != "synthetic":
         raise WavygraphDataError(f"{key} takes no options, got {', '.join(options)}")
     data, info = spec.loader(root=root, split=split, **options)
+    check_data(data, info)
     if normalize:
         data.x = normalize_features(data.x)
     return data, info

@@ -8,6 +8,7 @@ from torch.autograd.function import once_differentiable
 
 from .functional import KERNELS, QK_NORMS, Buckets, _check_choice, all_pair_attention
 from .graph import gcn_adjacency, propagate
+from .validate import check_inputs
 
 
 class _GramSum(torch.autograd.Function):
@@ -241,6 +242,7 @@ class DIFFormerConv(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.channels:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (N, {self.channels}), got {shape}")
+        check_inputs(x, self.channels, edge_index, batch, self.use_graph, finite=False)
         n = x.shape[0]
         if self.use_graph and edge_index is None:
             raise ValueError(

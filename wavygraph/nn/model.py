@@ -10,6 +10,7 @@ from .featscale import FeatScale
 from .graph import gcn_adjacency
 from .joint import JointFFN, JointIdentity, JointLayerNorm, JointPairNorm
 from .steppers import STEPPERS, StepState, make_stepper
+from .validate import InputError, check_inputs
 
 MOMENTUM_NORMS = ("joint", "state")
 FORCE_SCALES = ("fixed", "rezero")
@@ -18,7 +19,7 @@ NORMS = {"layer": JointLayerNorm, "pair": JointPairNorm, "none": JointIdentity}
 
 def _check_choice(name: str, value, choices) -> None:
     if value not in choices:
-        raise ValueError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, choices))}")
+        raise InputError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, choices))}")
 
 
 class WavyDIFFormer(nn.Module):
@@ -128,14 +129,14 @@ class WavyDIFFormer(nn.Module):
             ("num_layers", num_layers),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
         _check_choice("residual", residual, STEPPERS)
         _check_choice("momentum_norm", momentum_norm, MOMENTUM_NORMS)
         _check_choice("force_scale", force_scale, FORCE_SCALES)
         _check_choice("norm", norm, NORMS)
         for name, value in (("dropout", dropout), ("layer_dropout", layer_dropout)):
             if value is not None and not 0.0 <= value < 1.0:
-                raise ValueError(f"{name} must lie in [0, 1), got {value!r}")
+                raise InputError(f"{name} must lie in [0, 1), got {value!r}")
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
         self.out_channels = out_channels
@@ -199,6 +200,7 @@ class WavyDIFFormer(nn.Module):
         if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.in_channels:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
             raise ValueError(f"x must have shape (N, {self.in_channels}), got {shape}")
+        check_inputs(x, self.in_channels, edge_index, batch, self.use_graph)
         n = x.shape[0]
         adj = None
         if self.use_graph:

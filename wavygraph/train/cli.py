@@ -14,6 +14,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument("config", nargs="?", default=None, help="YAML config file (optional)")
     parser.add_argument("overrides", nargs="*", default=[], help="key=value overrides, e.g. model.num_layers=8")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from out_dir/checkpoint.pt (same as train.resume=true)")
     parser.set_defaults(func=main)
     return parser
 
@@ -25,8 +27,12 @@ def main(args: argparse.Namespace) -> int:
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
         config, overrides = None, [config] + overrides
+    if getattr(args, "resume", False):
+        overrides.append("train.resume=true")
     cfg = load_config(config, overrides)
     metrics = run(cfg)
+    if not metrics:  # a distributed rank other than 0: rank 0 reports
+        return 0
     summary = {k: metrics[k] for k in ("metric", "best_val", "test", "best_epoch", "epochs", "seconds",
                                        "seconds_per_epoch", "peak_memory_mb", "num_params")}
     try:

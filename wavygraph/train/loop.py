@@ -37,10 +37,12 @@ from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
 from wavygraph.config import ConfigError, to_yaml
-from wavygraph.data import DatasetInfo, induced_subgraph, load_dataset, node_chunks, random_partition
+from wavygraph.data import DatasetInfo, InvalidDataError, induced_subgraph, load_dataset, node_chunks, random_partition
 from wavygraph.nn import WavyDIFFormer, gcn_adjacency
 
+from . import distributed as dist_utils
 from .files import atomic_torch_save, atomic_write_json, atomic_write_text
+from .resume import checkpoint_path, load_checkpoint, rng_state, set_rng_state
 
 try:
     from wavygraph.diagnostics import layer_diagnostics
@@ -82,7 +84,28 @@ def _graph_input(data: Data, device: torch.device) -> tuple[Tensor, Tensor]:
     return x, adj
 
 
+def check_targets(logits: Tensor, y: Tensor, task: str) -> None:
+    """Targets must fit the loss: multi-class ``(n,)`` integer labels in
+    ``[0, classes)``, multi-label ``(n, tasks)``; raises :class:`InvalidDataError`."""
+    if task == "multilabel":
+        if tuple(y.shape) != tuple(logits.shape):
+            raise InvalidDataError(f"multi-label targets must have shape {tuple(logits.shape)}, got {tuple(y.shape)}")
+        return
+    if y.dim() != 1:
+        raise InvalidDataError(
+            f"multi-label targets of shape {tuple(y.shape)} given to the multi-class (cross-entropy) loss; "
+            "multi-class labels are one integer per node, shape (n,)"
+        )
+    if y.dtype.is_floating_point or y.dtype == torch.bool:
+        raise InvalidDataError(f"multi-class labels must be integers, got dtype {y.dtype}")
+    if y.numel() and (int(y.min()) < 0 or int(y.max()) >= logits.shape[-1]):
+        raise InvalidDataError(
+            f"labels must lie in [0, {logits.shape[-1]}) for {logits.shape[-1]} classes, got {int(y.min())}..{int(y.max())}"
+        )
+
+
 def loss_fn(logits: Tensor, y: Tensor, task: str) -> Tensor:
+    check_targets(logits, y, task)
     if task == "multilabel":
         return F.binary_cross_entropy_with_logits(logits, y.float())
     return F.cross_entropy(logits, y)
@@ -116,14 +139,21 @@ def evaluate(
 
 
 def train_epoch(
-    model, optimizer, data: Data, info: DatasetInfo, batch_size: int | None, device, generator, full_input=None
+    model, optimizer, data: Data, info: DatasetInfo, batch_size: int | None, device, generator, full_input=None,
+    dist_ctx: "dist_utils.DistContext | None" = None,
 ) -> float:
-    """One epoch; returns the mean training loss."""
+    """One epoch; returns the mean training loss (of this rank's chunks).
+    With a distributed ``dist_ctx`` the rank takes its share of the chunks
+    (see :mod:`wavygraph.train.distributed`) and steps even on a chunk
+    without training nodes, so that every rank joins every all-reduce."""
     model.train()
     if not batch_size or batch_size >= data.num_nodes:
         parts = [None]
     else:
         parts = random_partition(data.num_nodes, batch_size, generator)
+    distributed = dist_ctx is not None and dist_ctx.enabled
+    if distributed:
+        parts = dist_utils.shard(parts, dist_ctx)
     losses, weights = [], []
     for nodes in parts:
         if nodes is None:
@@ -134,11 +164,14 @@ def train_epoch(
             x, adj = _graph_input(part, device)
         mask = part.train_mask.to(device)
         count = int(mask.sum())
-        if count == 0:
+        if count == 0 and not distributed:
             continue
         optimizer.zero_grad(set_to_none=True)
         out = model(x, adj)
-        loss = loss_fn(out[mask], part.y.to(device)[mask], info.task)
+        if count == 0:  # keeps this rank in the gradient all-reduce, adds nothing
+            loss = out.sum() * 0.0
+        else:
+            loss = loss_fn(out[mask], part.y.to(device)[mask], info.task)
         loss.backward()
         optimizer.step()
         losses.append(loss.item() * count)
@@ -154,6 +187,23 @@ def peak_memory_mb(device: torch.device) -> float:
     return rss / 2**20 if sys.platform == "darwin" else rss / 2**10
 
 
+def _find_unused(model: torch.nn.Module, data: Data, device) -> bool:
+    """True when a forward/backward in eval mode (no dropout, no RNG drawn)
+    on a small piece of the graph leaves some parameter without a gradient:
+    then DDP needs ``find_unused_parameters``."""
+    nodes = torch.arange(min(data.num_nodes, 64))
+    part = induced_subgraph(data, nodes)
+    x, adj = _graph_input(part, device)
+    was_training = model.training
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    model(x, adj).float().sum().backward()
+    unused = any(p.requires_grad and p.grad is None for p in model.parameters())
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+    return unused
+
+
 def run(cfg: DictConfig) -> dict:
     """Train per ``cfg``, write ``config.yaml``, ``model.pt`` and
     ``metrics.json`` (each atomically) into ``cfg.out_dir``, and return the
@@ -161,6 +211,12 @@ def run(cfg: DictConfig) -> dict:
     epoch), ``train``, ``best_epoch``, ``epochs``, ``seconds``,
     ``seconds_per_epoch``, ``num_params``, ``peak_memory_mb``, ``history``
     and, with ``train.diagnostics``, ``diagnostics``.
+
+    With ``train.checkpoint_every=k`` the full training state goes to
+    ``out_dir/checkpoint.pt`` every k epochs; ``train.resume=true`` continues
+    from it (see :mod:`wavygraph.train.resume`). With ``train.distributed``
+    (under torchrun) the ranks share the mini-batches and only rank 0
+    evaluates and writes; the other ranks return ``{}``.
     """
     start = time.time()
     t = cfg.train
@@ -170,46 +226,106 @@ def run(cfg: DictConfig) -> dict:
     seed_everything(t.seed)
     options = dict(OmegaConf.to_container(cfg.data.csbm)) if cfg.data.name.lower() == "csbm" else {}
     data, info = load_dataset(cfg.data.name, cfg.data.root, cfg.data.split, cfg.data.normalize_features, **options)
+    ctx, device = dist_utils.setup(t, device)
+    try:
+        return _run(cfg, data, info, device, ctx, start)
+    finally:
+        dist_utils.teardown(ctx)
+
+
+def _run(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx, start: float) -> dict:
+    t = cfg.train
     model = build_model(cfg, info).to(device)
     num_params = sum(p.numel() for p in model.parameters())
+    core = model  # the unwrapped model: evaluation, checkpoints
+    if ctx.enabled:
+        unused = _find_unused(model, data, device)
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=unused
+        )
+        if ctx.rank > 0:  # distinct dropout masks per rank; rank 0 keeps the single-process stream
+            torch.manual_seed(t.seed + 7919 * ctx.rank)
     optimizer = torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
     generator = torch.Generator().manual_seed(t.seed)
     eval_chunk = t.batch_size if t.eval_batch_size is None else t.eval_batch_size
     full_input = _graph_input(data, device) if not t.batch_size else None
+    config_dict = OmegaConf.to_container(cfg, resolve=True)
 
     out_dir = str(cfg.out_dir)
-    os.makedirs(out_dir, exist_ok=True)
-    atomic_write_text(os.path.join(out_dir, "config.yaml"), to_yaml(cfg))
-
+    ckpt_file = checkpoint_path(out_dir)
     best = {"val": -math.inf, "test": float("nan"), "train": float("nan"), "epoch": 0}
-    best_state = copy.deepcopy(model.state_dict())
-    history = []
+    best_state = copy.deepcopy(core.state_dict())
+    history: list[dict] = []
     since_best = 0
-    epoch_seconds = []
-    bar = tqdm(range(1, t.epochs + 1), desc=f"{info.name} {cfg.model.residual} L{cfg.model.num_layers}",
-               disable=not t.progress, file=sys.stderr, dynamic_ncols=True)
-    epoch = 0
-    for epoch in bar:
+    epoch_seconds: list[float] = []
+    start_epoch, stopped = 0, False
+    ckpt = load_checkpoint(ckpt_file, config_dict, ctx.world_size) if t.resume else None
+    if ckpt is not None:
+        core.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        set_rng_state(ckpt["rng"][ctx.rank], generator)
+        best, best_state, history = ckpt["best"], ckpt["best_state"], ckpt["history"]
+        since_best, epoch_seconds = ckpt["since_best"], ckpt["epoch_seconds"]
+        start_epoch, stopped = ckpt["epoch"], ckpt["stopped"]
+        if ctx.is_main:
+            print(f"wavygraph: resuming {out_dir} after epoch {start_epoch}", file=sys.stderr, flush=True)
+    elif t.resume and ctx.is_main:
+        print(f"wavygraph: no checkpoint in {out_dir}; starting from epoch 1", file=sys.stderr, flush=True)
+    if ctx.is_main:
+        os.makedirs(out_dir, exist_ok=True)
+        atomic_write_text(os.path.join(out_dir, "config.yaml"), to_yaml(cfg))
+
+    def save_checkpoint(epoch: int, done: bool) -> None:
+        rngs = dist_utils.gather(rng_state(generator), ctx)  # every rank joins
+        if not ctx.is_main:
+            return
+        state = {
+            "config": config_dict,
+            "epoch": epoch,
+            "stopped": done,
+            "model": core.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "rng": rngs,
+            "best": best,
+            "best_state": best_state,
+            "history": history,
+            "since_best": since_best,
+            "epoch_seconds": epoch_seconds,
+        }
+        atomic_torch_save(state, ckpt_file)
+
+    bar = tqdm(range(start_epoch + 1, t.epochs + 1), desc=f"{info.name} {cfg.model.residual} L{cfg.model.num_layers}",
+               disable=not t.progress or not ctx.is_main or stopped, file=sys.stderr, dynamic_ncols=True,
+               initial=start_epoch, total=t.epochs)
+    epoch = start_epoch
+    for epoch in ([] if stopped else bar):
         tick = time.time()
-        loss = train_epoch(model, optimizer, data, info, t.batch_size, device, generator, full_input)
+        loss = train_epoch(model, optimizer, data, info, t.batch_size, device, generator, full_input, ctx)
         epoch_seconds.append(time.time() - tick)
-        if epoch % t.eval_every and epoch != t.epochs:
-            continue
-        scores = evaluate(model, data, info, eval_chunk, device)
-        history.append({"epoch": epoch, "loss": loss, **scores})
-        if scores["val"] > best["val"]:
-            best = {"val": scores["val"], "test": scores["test"], "train": scores["train"], "epoch": epoch}
-            best_state = copy.deepcopy(model.state_dict())
-            since_best = 0
-        else:
-            since_best += 1
-        bar.set_postfix(loss=f"{loss:.3f}", val=f"{scores['val']:.4f}", best_val=f"{best['val']:.4f}",
-                        test=f"{best['test']:.4f}")
-        if t.patience and since_best >= t.patience:
+        stop = False
+        if not (epoch % t.eval_every and epoch != t.epochs):
+            if ctx.is_main:
+                scores = evaluate(core, data, info, eval_chunk, device)
+                history.append({"epoch": epoch, "loss": loss, **scores})
+                if scores["val"] > best["val"]:
+                    best = {"val": scores["val"], "test": scores["test"], "train": scores["train"], "epoch": epoch}
+                    best_state = copy.deepcopy(core.state_dict())
+                    since_best = 0
+                else:
+                    since_best += 1
+                bar.set_postfix(loss=f"{loss:.3f}", val=f"{scores['val']:.4f}", best_val=f"{best['val']:.4f}",
+                                test=f"{best['test']:.4f}")
+                stop = bool(t.patience and since_best >= t.patience)
+            stop = dist_utils.broadcast_flag(stop, ctx, device)
+        if t.checkpoint_every and (epoch % t.checkpoint_every == 0 or stop or epoch == t.epochs):
+            save_checkpoint(epoch, stop or epoch == t.epochs)
+        if stop:
             break
     bar.close()
+    if not ctx.is_main:
+        return {}
 
-    model.load_state_dict(best_state)
+    core.load_state_dict(best_state)
     metrics = {
         "dataset": info.name,
         "metric": info.metric,
@@ -224,20 +340,21 @@ def run(cfg: DictConfig) -> dict:
         "peak_memory_mb": None,
         "residual": cfg.model.residual,
         "num_layers": cfg.model.num_layers,
+        "world_size": ctx.world_size,
         "history": history,
     }
     if t.diagnostics and layer_diagnostics is not None:
-        model.eval()
+        core.eval()
         diag_data = Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes).to(device)
         try:
             with torch.no_grad():
-                diag = layer_diagnostics(model, diag_data)
+                diag = layer_diagnostics(core, diag_data)
             metrics["diagnostics"] = {k: [float(v) for v in vals] for k, vals in diag.items()}
         except Exception as exc:  # a failing measure must not lose the trained run
             print(f"wavygraph: warning: diagnostics failed: {type(exc).__name__}: {exc}", file=sys.stderr)
     checkpoint = {
         "state_dict": best_state,
-        "config": OmegaConf.to_container(cfg, resolve=True),
+        "config": config_dict,
         "info": {k: v for k, v in asdict(info).items() if k != "extra"},
         "epoch": best["epoch"],
         "best_val": best["val"],

@@ -1,0 +1,125 @@
+"""Checks of the tensors given to the public layers and the model.
+
+Each check raises :class:`InputError` (a :class:`ValueError`) with a one-line
+message that names the argument, what was wrong and how to fix it, before
+torch can fail deep inside with an ``IndexError`` or quietly produce NaN.
+
+What is accepted, and how it is handled:
+
+* ``x``: a floating tensor ``(N, C)``. ``N = 0`` (an empty graph) and
+  ``N = 1`` are valid and give finite outputs (the attention's denominators
+  are floored, see :mod:`wavygraph.nn.functional`). NaN or Inf entries are an
+  error while :data:`CHECK_FINITE` is true (the default): one NaN feature would
+  spread to every node through the global attention. Clean the features first
+  (e.g. ``torch.nan_to_num``), or set ``wavygraph.nn.validate.CHECK_FINITE =
+  False`` to skip the check (it costs one reduction over ``x`` per forward).
+* ``edge_index``: an integer tensor ``(2, E)`` with entries in ``[0, N)``, or
+  a sparse ``(N, N)`` matrix from :func:`~wavygraph.nn.gcn_adjacency`.
+  Edges are taken as given: a directed edge ``(i, j)`` sends a message from
+  ``i`` to ``j`` only (add both directions, e.g. ``to_undirected``, for an
+  undirected graph); duplicate edges count with their multiplicity in the
+  weights and degrees (``coalesce`` them to count once); self-loops are added
+  once by the GCN normalisation; isolated nodes keep their own value through
+  the self-loop and still take part in the global attention.
+* ``batch``: an integer tensor ``(N,)`` of graph indices ``>= 0`` (any
+  order; unused indices are empty graphs).
+
+``heads`` never has to divide the channels: :class:`DIFFormerConv` gives each
+head its own ``head_channels``-sized q, k and v (``channels`` by default, as
+DIFFormer does) and averages the heads, so any positive ``heads`` works with
+any ``channels``; ``head_channels`` itself must be a positive integer.
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+#: Refuse NaN/Inf node features (see the module docstring).
+CHECK_FINITE = True
+
+
+class InputError(ValueError):
+    """A tensor or option given to a wavygraph layer or model is invalid."""
+
+
+def _shape(t) -> str:
+    return str(tuple(t.shape)) if isinstance(t, Tensor) else type(t).__name__
+
+
+def _is_int(t: Tensor) -> bool:
+    return not (t.dtype.is_floating_point or t.is_complex() or t.dtype == torch.bool)
+
+
+def check_choice(name: str, value, choices) -> None:
+    """``value`` must be one of ``choices`` (the message lists them)."""
+    if value not in choices:
+        raise InputError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, choices))}")
+
+
+def check_x(x, channels: int, name: str = "x", finite: bool = True) -> int:
+    """``x`` must be a floating ``(N, channels)`` tensor (finite, see
+    :data:`CHECK_FINITE`); returns ``N``."""
+    if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != channels:
+        raise InputError(f"{name} must have shape (N, {channels}), got {_shape(x)}")
+    if not x.dtype.is_floating_point:
+        raise InputError(f"{name} must be a floating tensor, got dtype {x.dtype}; convert it with {name}.float()")
+    if finite and CHECK_FINITE and x.numel() and not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise InputError(
+            f"{name} holds {bad} NaN/Inf entries; clean the features (e.g. torch.nan_to_num) "
+            "or set wavygraph.nn.validate.CHECK_FINITE = False"
+        )
+    return x.shape[0]
+
+
+def check_edge_index(edge_index, num_nodes: int, name: str = "edge_index") -> None:
+    """``edge_index`` must be an integer ``(2, E)`` tensor with entries in
+    ``[0, num_nodes)``, or a sparse ``(num_nodes, num_nodes)`` matrix."""
+    if not isinstance(edge_index, Tensor):
+        raise InputError(f"{name} must be a tensor of shape (2, E), got {type(edge_index).__name__}")
+    if edge_index.layout != torch.strided:
+        if tuple(edge_index.shape) != (num_nodes, num_nodes):
+            raise InputError(
+                f"{name} is a sparse matrix of shape {tuple(edge_index.shape)}, expected ({num_nodes}, {num_nodes}) "
+                "for the N nodes of x"
+            )
+        return
+    if edge_index.dim() != 2 or edge_index.shape[0] != 2:
+        raise InputError(f"{name} must have shape (2, E), got {tuple(edge_index.shape)}; transpose an (E, 2) list with .t()")
+    if not _is_int(edge_index):
+        raise InputError(f"{name} must hold integer node indices, got dtype {edge_index.dtype}; use {name}.long()")
+    if edge_index.numel():
+        lo, hi = int(edge_index.min()), int(edge_index.max())
+        if lo < 0:
+            raise InputError(f"{name} holds a negative node index ({lo}); node indices run from 0 to N-1")
+        if hi >= num_nodes:
+            raise InputError(
+                f"{name} refers to node {hi} but x has only {num_nodes} nodes; indices must lie in [0, {num_nodes})"
+            )
+
+
+def check_batch(batch, num_nodes: int, name: str = "batch") -> None:
+    """``batch`` (optional) must be an integer ``(N,)`` tensor of graph
+    indices ``>= 0``."""
+    if batch is None:
+        return
+    if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.shape[0] != num_nodes:
+        raise InputError(f"{name} must have shape ({num_nodes},), one graph index per node of x, got {_shape(batch)}")
+    if not _is_int(batch):
+        raise InputError(f"{name} must hold integer graph indices, got dtype {batch.dtype}; use {name}.long()")
+    if batch.numel() and int(batch.min()) < 0:
+        raise InputError(f"{name} holds a negative graph index ({int(batch.min())}); graph indices start at 0")
+
+
+def check_inputs(x, channels: int, edge_index=None, batch=None, need_edges: bool = False, finite: bool = True) -> int:
+    """All forward inputs of a layer/model at once; returns ``N``. The
+    model checks finiteness once on its input; its layers skip it
+    (``finite=False``), as a NaN there can only come from the input."""
+    n = check_x(x, channels, finite=finite)
+    if edge_index is None:
+        if need_edges:
+            raise InputError("use_graph=True needs edge_index; pass the edges or set use_graph=False")
+    else:
+        check_edge_index(edge_index, n)
+    check_batch(batch, n)
+    return n
