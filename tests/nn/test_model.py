@@ -127,15 +127,16 @@ def _shared_cora() -> Path | None:
 @pytest.mark.slow
 def test_trains_on_cora(tmp_path):
     """DIFFormer's Cora settings (8 layers, hidden 64, lr 1e-3, weight decay
-    0.01, dropout 0.2), public split, test accuracy at the best validation
-    epoch."""
+    0.01, dropout 0.2, row-normalised features), public split, test accuracy
+    at the best validation epoch."""
     raw = _shared_cora()
     if raw is None:
         pytest.skip("Planetoid Cora raw files not found in ../shared/data/planetoid/Cora/raw")
     from torch_geometric.datasets import Planetoid
+    from torch_geometric.transforms import NormalizeFeatures
 
     shutil.copytree(raw, tmp_path / "Cora" / "raw")
-    data = Planetoid(str(tmp_path), "Cora")[0]
+    data = Planetoid(str(tmp_path), "Cora", transform=NormalizeFeatures())[0]
     torch.manual_seed(0)
     model = WavyDIFFormer(data.num_features, 64, 7, num_layers=8, dropout=0.2)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=0.01)
