@@ -92,3 +92,30 @@ def test_segments_products():
     mats = torch.randn(4, 3, 5, dtype=torch.float64)
     prod = seg.unpad(seg.matmul(seg.pad(x), mats))
     torch.testing.assert_close(prod, torch.einsum("nc,nce->ne", x, mats[batch]))
+
+
+def test_buckets_many_sizes_unsorted_and_empty_graph():
+    """Graph sizes over many buckets, nodes in any order, a graph index with
+    no nodes: outputs and gradients equal those of each graph alone."""
+    from wavygraph.nn.functional import Buckets, _bucket_rows
+
+    torch.manual_seed(0)
+    sizes = [1, 7, 8, 9, 64, 65, 130, 257, 3, 40]
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    batch = torch.where(batch >= 4, batch + 1, batch)  # graph 4 has no nodes
+    batch = batch[torch.randperm(batch.numel())]
+    rows = _bucket_rows(torch.tensor(sizes))
+    assert bool((rows >= torch.tensor(sizes)).all()) and bool((rows - torch.tensor(sizes) <= torch.tensor(sizes) // 8 + 7).all())
+    lay = Buckets(batch)
+    assert lay.num_graphs == len(sizes) + 1 and len(lay.buckets) > 5
+    conv = DIFFormerConv(5, heads=2, use_graph=False).double()
+    x = torch.randn(batch.numel(), 5, dtype=torch.float64, requires_grad=True)
+    out = conv(x, batch=batch)
+    gx, = torch.autograd.grad(out.square().sum(), x)
+    for b in batch.unique().tolist():
+        idx = (batch == b).nonzero().view(-1)
+        xb = x.detach()[idx].requires_grad_()
+        ob = conv(xb)
+        torch.testing.assert_close(out[idx], ob, rtol=0, atol=1e-12)
+        gb, = torch.autograd.grad(ob.square().sum(), xb)
+        torch.testing.assert_close(gx[idx], gb, rtol=0, atol=1e-10)

@@ -101,36 +101,31 @@ def _folded_simple_attention(
         # norms and K~^T V combine Gram entries that can cancel.
         small = torch.float64 if x.device.type == "cpu" else dtype
         gram, colsum, count = gram.to(small), colsum.to(small), count.to(small)
-        wq, wk, wv, bq, bk, bv = (t.to(small) for t in (wq, wk, wv, bq, bk, bv))
-        cnt = count.unsqueeze(-1)  # (..., 1)
-        eye = torch.eye(heads, dtype=small, device=x.device)
-
-        def blockdiag(t: Tensor) -> Tensor:
-            # (..., H, D, E) -> block-diagonal (..., H D, H E)
-            out = t.unsqueeze(-2) * eye.view(heads, 1, heads, 1)  # (..., H, D, H, E)
-            return out.flatten(-4, -3).flatten(-2, -1)
-
+        c_in = x.shape[1]
+        # Biases folded in by a constant input 1: x^ = [x, 1], W^ = [W, b],
+        # G^ = sum_n x^_n x^_n^T = [[G, s], [s^T, N]]; then q = W^q x^ etc.
+        s_hat = torch.cat([colsum, count.unsqueeze(-1)], dim=-1)  # (..., C+1)
+        g_hat = torch.cat([torch.cat([gram, colsum.unsqueeze(-1)], dim=-1), s_hat.unsqueeze(-2)], dim=-2)
+        wq, wk, wv = (torch.cat([w_.to(small), b_.to(small).unsqueeze(1)], dim=1) for w_, b_ in ((wq, bq), (wk, bk), (wv, bv)))  # (H D, C+1)
         tiny = torch.finfo(dtype).tiny
-        sq, sk, sv = colsum @ wq.T, colsum @ wk.T, colsum @ wv.T  # (..., H D) sums of X W^T
-        # ||q||_F^2 = sum_n |Wq x_n + bq|^2 over all heads, from the Gram matrix
-        qq = ((wq @ gram) * wq).sum((-2, -1)) + 2 * (sq * bq).sum(-1) + count * bq.square().sum()
-        kk = ((wk @ gram) * wk).sum((-2, -1)) + 2 * (sk * bk).sum(-1) + count * bk.square().sum()
-        nq = qq.clamp_min(0).sqrt().clamp_min(tiny).unsqueeze(-1)  # (..., 1)
-        nk = kk.clamp_min(0).sqrt().clamp_min(tiny).unsqueeze(-1)
-        # K~^T V = sum_n (Wk x_n + bk)(Wv x_n + bv)^T / ||k||, per head
-        full = wk @ gram @ wv.T + sk.unsqueeze(-1) * bv + bk.unsqueeze(-1) * sv.unsqueeze(-2)
-        full = full + cnt.unsqueeze(-1) * torch.outer(bk, bv)  # (..., H D, H D)
-        kv = full.unflatten(-1, (heads, d)).unflatten(-3, (heads, d)).diagonal(dim1=-4, dim2=-2)  # (..., D, D, H)
-        kv = kv.movedim(-1, -3) / nk.unsqueeze(-1).unsqueeze(-1)  # (..., H, D, Dv)
-        ks = ((sk + cnt * bk) / nk).unflatten(-1, (heads, d))  # (..., H, D)  sum k~
-        vs = sv + cnt * bv  # (..., H Dv)  sum v
-        kv_bd = blockdiag(kv)  # (..., H D, H Dv)
-        ks_bd = blockdiag(ks.unsqueeze(-1))  # (..., H D, H)
-        # numerator x_n -> q~_n (K~^T V) + sum v, denominator x_n -> q~_n . sum k~ + N
-        m = torch.cat([wq.T @ kv_bd, wq.T @ ks_bd], dim=-1) / nq.unsqueeze(-1)  # (..., C, H Dv + H)
-        c_num = (bq @ kv_bd) / nq + vs  # (..., H Dv)
-        c_den = (bq @ ks_bd) / nq + cnt  # (..., H)
-        c = torch.cat([c_num, c_den], dim=-1).to(dtype)  # (..., H Dv + H)
+        # ||q||_F^2 = sum_n |W^q x^_n|^2 = <G^, W^q^T W^q>, over all heads
+        qq = (g_hat * (wq.T @ wq)).sum((-2, -1))
+        kk = (g_hat * (wk.T @ wk)).sum((-2, -1))
+        nqk = (qq.clamp_min(0).sqrt().clamp_min(tiny) * kk.clamp_min(0).sqrt().clamp_min(tiny))  # (...)
+        # Per head h, with A_h = W^q_h^T W^k_h (C+1, C+1):
+        #   numerator   x^ -> q~ (K~^T V) + sum v = x^ A_h G^ W^v_h^T / nqk + [x^ = e_last] sum v
+        #   denominator x^ -> q~ . sum k~ + N   = x^ A_h s^ / nqk          + [x^ = e_last] N
+        # i.e. one (C+1, Dv+1) matrix A_h R_h / nqk per head, R_h = [G^ W^v_h^T, s^],
+        # whose last row (x^'s constant 1) also gets R_h's last row [sum v, N].
+        a = wq.view(heads, d, c_in + 1).transpose(1, 2) @ wk.view(heads, d, c_in + 1)  # (H, C+1, C+1)
+        t = (g_hat @ wv.T).unflatten(-1, (heads, d))  # (..., C+1, H, Dv)
+        r = torch.cat([t, s_hat.unsqueeze(-1).unsqueeze(-1).expand(t.shape[:-1] + (1,))], dim=-1)  # (..., C+1, H, Dv+1)
+        r = r.movedim(-2, -3)  # (..., H, C+1, Dv+1)
+        pm = (a @ r) / nqk.view(nqk.shape + (1, 1, 1))  # (..., H, C+1, Dv+1)
+        pm = torch.cat([pm[..., :c_in, :], pm[..., c_in:, :] + r[..., c_in:, :]], dim=-2)
+        # packed columns: [numerators of all heads (H Dv), denominators (H)]
+        pm = torch.cat([pm[..., :d].movedim(-3, -2).flatten(-2), pm[..., d].transpose(-1, -2)], dim=-1)  # (..., C+1, H Dv + H)
+        m, c = pm[..., :c_in, :], pm[..., c_in, :].to(dtype)  # (..., C, H Dv + H), (..., H Dv + H)
         m = m.to(dtype)
         count = count.to(dtype)
         eps = torch.finfo(dtype).eps

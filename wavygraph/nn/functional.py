@@ -348,12 +348,15 @@ class _BucketGram(torch.autograd.Function):
     @staticmethod
     def forward(ctx, xp: Tensor, lay: Buckets) -> tuple[Tensor, Tensor]:
         b, f = lay.num_graphs, xp.shape[1]
-        gram = xp.new_zeros((b, f, f))
-        colsum = xp.new_zeros((b, f))
+        gram = xp.new_empty((b, f, f))
+        colsum = xp.new_empty((b, f))
         for g0, g1, xk in lay.views(xp):
             if xk.shape[1] > 0:
                 torch.bmm(xk.transpose(1, 2), xk, out=gram[g0:g1])
                 torch.sum(xk, 1, out=colsum[g0:g1])
+            else:  # graphs without nodes
+                gram[g0:g1] = 0
+                colsum[g0:g1] = 0
         ctx.lay = lay
         ctx.save_for_backward(xp)
         return gram, colsum
@@ -390,10 +393,13 @@ class _BucketAffine(torch.autograd.Function):
     def backward(ctx, g: Tensor):
         xp, m = ctx.saved_tensors
         dxp = torch.empty_like(xp)
-        dm = torch.zeros_like(m)
-        dc = m.new_zeros(m.shape[0], m.shape[-1])
+        dm = torch.empty_like(m)
+        dc = m.new_empty(m.shape[0], m.shape[-1])
         for g0, g1, r0, r1, size in ctx.lay.buckets:
-            if size > 0:
+            if size == 0:  # graphs without nodes
+                dm[g0:g1] = 0
+                dc[g0:g1] = 0
+            else:
                 gk = g[r0:r1].view(g1 - g0, size, -1)
                 xk = xp[r0:r1].view(g1 - g0, size, -1)
                 torch.bmm(gk, m[g0:g1].transpose(1, 2), out=dxp[r0:r1].view(g1 - g0, size, -1))

@@ -38,5 +38,39 @@ def propagate(adj: Tensor, x: Tensor) -> Tensor:
             x = x.to(torch.promote_types(adj.dtype, torch.float32))
             if adj.dtype != x.dtype:
                 adj = adj.to(x.dtype)
-        out = torch.sparse.mm(adj, x.reshape(n, -1))
+        x2 = x.reshape(n, -1)
+        if adj.requires_grad or not x2.requires_grad:
+            out = torch.sparse.mm(adj, x2)
+        else:
+            out = _SparseMM.apply(adj, x2)
     return out.view(x.shape)
+
+
+def _transposed(adj: Tensor) -> Tensor:
+    """``adj^T`` in ``adj``'s layout, built once per matrix and cached on it
+    (the backward of ``adj @ x`` needs it in every layer; building it sorts
+    all E entries)."""
+    at = getattr(adj, "_wavygraph_transposed", None)
+    if at is None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            if adj.layout == torch.sparse_csr:
+                at = adj.to_sparse_coo().t().coalesce().to_sparse_csr()
+            else:
+                at = adj.t().coalesce()
+        adj._wavygraph_transposed = at
+    return at
+
+
+class _SparseMM(torch.autograd.Function):
+    """``adj @ x`` whose backward ``adj^T @ g`` reuses a cached ``adj^T``
+    instead of transposing (and sorting) the sparse matrix on every call."""
+
+    @staticmethod
+    def forward(ctx, adj: Tensor, x: Tensor) -> Tensor:
+        ctx.adj = adj
+        return torch.sparse.mm(adj, x)
+
+    @staticmethod
+    def backward(ctx, g: Tensor):
+        return None, torch.sparse.mm(_transposed(ctx.adj), g)

@@ -50,15 +50,49 @@ class JointLayerNorm(nn.Module):
         nn.init.zeros_(self.bias)
 
     def forward(self, x: Tensor, v: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
-        x_out = F.layer_norm(x, (self.channels,), self.weight, self.bias, self.eps)
         if v is None:
-            return x_out, None
-        var = x.var(dim=-1, unbiased=False, keepdim=True)  # (N, 1)
-        v_out = self.weight * v * torch.rsqrt(var + self.eps)
-        return x_out, v_out
+            return F.layer_norm(x, (self.channels,), self.weight, self.bias, self.eps), None
+        if x.dtype != v.dtype or x.dtype != self.weight.dtype or torch.is_autocast_enabled(x.device.type):
+            x_out = F.layer_norm(x, (self.channels,), self.weight, self.bias, self.eps)
+            var = x.var(dim=-1, unbiased=False, keepdim=True)  # (N, 1)
+            return x_out, self.weight * v * torch.rsqrt(var + self.eps)
+        return _JointLayerNormFn.apply(x, v, self.weight, self.bias, self.eps)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, eps={self.eps})"
+
+
+class _JointLayerNormFn(torch.autograd.Function):
+    """Fused :class:`JointLayerNorm`: the velocity reuses the ``1/sigma``
+    that the state's LayerNorm computes (a separate ``var`` of ``X`` is a slow
+    extra pass on CPU), and the backward is written out."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, v: Tensor, weight: Tensor, bias: Tensor, eps: float):
+        c = x.shape[-1]
+        x_out, mean, rstd = torch.native_layer_norm(x, (c,), weight, bias, eps)  # rstd (N, 1)
+        v_out = (v * rstd).mul_(weight)
+        ctx.save_for_backward(x, v, mean, rstd, weight, bias)
+        return x_out, v_out
+
+    @staticmethod
+    def backward(ctx, gx: Tensor, gv: Tensor):
+        x, v, mean, rstd, weight, bias = ctx.saved_tensors
+        c = x.shape[-1]
+        need = ctx.needs_input_grad
+        dx, dw, db = torch.ops.aten.native_layer_norm_backward(
+            gx, x, (c,), mean, rstd, weight, bias, [need[0], need[2], need[3]]
+        )
+        gvr = gv * rstd  # (N, C)
+        dv = gvr * weight if need[1] else None
+        prod = gvr * v  # (N, C)
+        if need[2]:
+            dw = prod.sum(0) if dw is None else dw + prod.sum(0)
+        if need[0]:
+            # v_out = w v rstd, rstd = (var + eps)^(-1/2): d rstd / dx = -rstd^3 (x - mean) / C
+            coef = (prod @ weight).unsqueeze(-1) * rstd.square() * (-1.0 / c)  # (N, 1)
+            dx = dx.addcmul_(x - mean, coef) if dx is not None else (x - mean) * coef
+        return dx, dv, dw, db, None
 
 
 def _activation_and_derivative(name: str, h: Tensor) -> tuple[Tensor, Tensor]:

@@ -187,8 +187,12 @@ class WavyDIFFormer(nn.Module):
     def _dropout(self, state: StepState) -> StepState:
         if not self.training or self.layer_dropout == 0.0:
             return state
-        mask = F.dropout(torch.ones_like(state.x), self.layer_dropout, True)  # same mask for x and v
-        return StepState(state.x * mask, None if state.v is None else state.v * mask)
+        if state.v is None:
+            return StepState(F.dropout(state.x, self.layer_dropout, True), None)
+        keep = 1.0 - self.layer_dropout
+        # the mask F.dropout draws (same random numbers), shared by x and v
+        mask = torch.empty_like(state.x).bernoulli_(keep).div_(keep)
+        return StepState(state.x * mask, state.v * mask)
 
     def forward(
         self,

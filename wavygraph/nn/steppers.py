@@ -189,7 +189,7 @@ class LightWaveStepper(_LearnableLam):
     default_lam0 = 1.0 / (1.0 + math.exp(-2.0))
 
     def forward(self, state: StepState, force: Tensor) -> StepState:
-        d = self.lam.to(force.dtype) * state.v + self.tau * force
+        d = torch.addcmul(self.tau * force, self.lam.to(force.dtype), state.v)  # lam D + tau F
         return StepState(state.x + d, d)
 
 
