@@ -8,7 +8,7 @@ from torch.autograd.function import once_differentiable
 
 from .functional import KERNELS, QK_NORMS, Buckets, _check_choice, all_pair_attention
 from .graph import gcn_adjacency, propagate
-from .validate import check_inputs
+from .validate import InputError, check_inputs
 
 
 class _GramSum(torch.autograd.Function):
@@ -208,7 +208,7 @@ class DIFFormerConv(nn.Module):
         for name, value in (("channels", channels), ("heads", heads)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if head_channels is not None and head_channels != channels and not isinstance(head_channels, int):
+        if head_channels is not None and (isinstance(head_channels, bool) or not isinstance(head_channels, int) or head_channels < 1):
             raise ValueError(f"head_channels must be a positive integer, got {head_channels!r}")
         if graph_weight is not None and not 0.0 <= float(graph_weight) <= 1.0:
             raise ValueError(f"graph_weight must lie in [0, 1] or be None, got {graph_weight!r}")
@@ -236,7 +236,7 @@ class DIFFormerConv(nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor | None = None, batch: Tensor | None = None) -> Tensor:
         if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.channels:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (N, {self.channels}), got {shape}")
+            raise InputError(f"x must have shape (N, {self.channels}), got {shape}")
         check_inputs(x, self.channels, edge_index, batch, self.use_graph, finite=False)
         n = x.shape[0]
         if self.use_graph and edge_index is None:

@@ -38,7 +38,7 @@ def propagate(adj: Tensor, x: Tensor) -> Tensor:
             x = x.to(torch.promote_types(adj.dtype, torch.float32))
             if adj.dtype != x.dtype:
                 adj = adj.to(x.dtype)
-        x2 = x.reshape(n, -1)
+        x2 = x.flatten(1)  # not reshape(n, -1): also valid for n = 0
         if adj.requires_grad or not x2.requires_grad:
             out = torch.sparse.mm(adj, x2)
         else:

@@ -203,7 +203,7 @@ class WavyDIFFormer(nn.Module):
     ):
         if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.in_channels:
             shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise ValueError(f"x must have shape (N, {self.in_channels}), got {shape}")
+            raise InputError(f"x must have shape (N, {self.in_channels}), got {shape}")
         check_inputs(x, self.in_channels, edge_index, batch, self.use_graph)
         n = x.shape[0]
         adj = None
