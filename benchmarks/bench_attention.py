@@ -60,6 +60,29 @@ def child(args) -> None:
     print(json.dumps({"peak": measure_peak(step, args.device)}))
 
 
+def fit_slope(points: dict) -> float:
+    """Least-squares slope of log(time) against log(N)."""
+    pts = [(math.log(n), math.log(t)) for n, t in points.items()]
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    return sum((a - mx) * (b - my) for a, b in pts) / sum((a - mx) ** 2 for a, _ in pts)
+
+
+def run_slope(args) -> None:
+    for c in args.channels:
+        for h in args.heads:
+            fns = {n: make_step("wavygraph", n, c, h, args.device, args.amp) for n in args.sizes}
+            times = time_alternating(fns, args.reps, args.device)
+            print("| N | C | H | wavygraph s | s per 1M nodes |")
+            print("|---|---|---|---|---|")
+            for n, t in times.items():
+                print(f"| {n} | {c} | {h} | {t:.3f} | {t * 1e6 / n:.3f} |")
+            pts = {n: t for n, t in times.items() if n >= 50_000}
+            if len(pts) >= 2:
+                print(f"wavygraph log-log slope of time vs N (C={c}, H={h}, N={min(pts)}..{max(pts)}, "
+                      f"sizes timed in turn): {fit_slope(pts):.3f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=int, nargs="+", default=SIZES)
@@ -72,6 +95,9 @@ def main() -> None:
     ap.add_argument("--amp", action="store_true", help="bf16 autocast")
     ap.add_argument("--no-memory", action="store_true")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--slope", action="store_true",
+                    help="wavygraph only: time all sizes in turn (alternating across N, so load hits every "
+                         "size alike) and print the fitted log-log slope of time vs N for N >= 50k")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--impl", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -84,6 +110,8 @@ def main() -> None:
 
     print(f"# bench_attention: forward + backward, {machine_line(args.device)}, device {args.device}"
           f"{', bf16 autocast' if args.amp else ''}, median of {args.reps}")
+    if args.slope:
+        return run_slope(args)
     head = "| N | C | H | " + " | ".join(f"{i} s" for i in args.impls)
     head += " | " + " | ".join(f"{i} MB" for i in args.impls)
     peers = [i for i in args.impls if i != "wavygraph"]

@@ -84,14 +84,15 @@ class _JointLayerNormFn(torch.autograd.Function):
             gx, x, (c,), mean, rstd, weight, bias, [need[0], need[2], need[3]]
         )
         gvr = gv * rstd  # (N, C)
-        dv = gvr * weight if need[1] else None
         prod = gvr * v  # (N, C)
+        dv = gvr.mul_(weight) if need[1] else None  # (N, C), reuses gvr's buffer
         if need[2]:
             dw = prod.sum(0) if dw is None else dw + prod.sum(0)
         if need[0]:
             # v_out = w v rstd, rstd = (var + eps)^(-1/2): d rstd / dx = -rstd^3 (x - mean) / C
             coef = (prod @ weight).unsqueeze(-1) * rstd.square() * (-1.0 / c)  # (N, 1)
-            dx = dx.addcmul_(x - mean, coef) if dx is not None else (x - mean) * coef
+            xm = torch.sub(x, mean, out=prod)  # x - mean in prod's buffer
+            dx = dx.addcmul_(xm, coef) if dx is not None else xm.mul_(coef)
         return dx, dv, dw, db, None
 
 

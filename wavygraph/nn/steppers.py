@@ -189,7 +189,7 @@ class LightWaveStepper(_LearnableLam):
     default_lam0 = 1.0 / (1.0 + math.exp(-2.0))
 
     def forward(self, state: StepState, force: Tensor) -> StepState:
-        d = torch.addcmul(self.tau * force, self.lam.to(force.dtype), state.v)  # lam D + tau F
+        d = (self.tau * force).addcmul_(self.lam.to(force.dtype), state.v)  # tau F + lam D, one buffer
         return StepState(state.x + d, d)
 
 
