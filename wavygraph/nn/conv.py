@@ -56,6 +56,71 @@ class _RatioMean(torch.autograd.Function):
         return torch.cat([dnum.flatten(1), dden], dim=1), None, None
 
 
+#: Rows per block of :class:`_BlockedRatioMean`.
+BLOCK_ROWS = 8192
+
+
+class _BlockedRatioMean(torch.autograd.Function):
+    """``_RatioMean(x m + c)`` for one graph, computed in row blocks.
+
+    Forward keeps only the ``(N, H)`` denominators; backward recomputes each
+    block's ``x m + c`` (a small product that stays in cache) instead of
+    saving the ``(N, H Dv + H)`` product, so the per-row passes run on
+    cache-resident blocks and the time per node no longer grows once the
+    graph outgrows the cache."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, m: Tensor, c: Tensor, floor: Tensor, heads: int) -> Tensor:
+        n = x.shape[0]
+        n_out = m.shape[1] - heads
+        dv = n_out // heads
+        out = x.new_empty((n, dv))
+        den_all = x.new_empty((n, heads))
+        active = torch.empty((n, heads), dtype=torch.bool, device=x.device)
+        for r0 in range(0, n, BLOCK_ROWS):
+            r1 = min(n, r0 + BLOCK_ROWS)
+            p = torch.addmm(c, x[r0:r1], m)  # (b, H Dv + H)
+            den_raw = p[:, n_out:]
+            torch.gt(den_raw, floor, out=active[r0:r1])
+            den = torch.maximum(den_raw, floor, out=den_all[r0:r1])
+            num = p[:, :n_out].view(r1 - r0, heads, dv)
+            if heads == 1:
+                torch.div(num.squeeze(1), den, out=out[r0:r1])
+            else:
+                torch.mean(num / den.unsqueeze(-1), 1, out=out[r0:r1])
+        ctx.heads = heads
+        ctx.save_for_backward(x, m, c, den_all, active)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: Tensor):
+        x, m, c, den_all, active = ctx.saved_tensors
+        heads = ctx.heads
+        n = x.shape[0]
+        n_out = m.shape[1] - heads
+        dv = n_out // heads
+        dx = torch.empty_like(x) if ctx.needs_input_grad[0] else None
+        dm = torch.zeros_like(m)
+        dc = torch.zeros_like(c)
+        for r0 in range(0, n, BLOCK_ROWS):
+            r1 = min(n, r0 + BLOCK_ROWS)
+            b = r1 - r0
+            xb = x[r0:r1]
+            den = den_all[r0:r1]  # (b, H)
+            ratio = torch.addmm(c, xb, m)[:, :n_out].view(b, heads, dv) / den.unsqueeze(-1)  # (b, H, Dv)
+            scale = (1.0 / heads) / den  # (b, H)
+            gb = g[r0:r1].unsqueeze(1)  # (b, 1, Dv)
+            dp = torch.empty((b, n_out + heads), dtype=x.dtype, device=x.device)
+            torch.mul(gb, scale.unsqueeze(-1), out=dp[:, :n_out].view(b, heads, dv))
+            dp[:, n_out:] = -(gb * ratio).sum(-1) * scale * active[r0:r1]
+            if dx is not None:
+                torch.mm(dp, m.T, out=dx[r0:r1])
+            dm.addmm_(xb.T, dp)
+            dc += dp.sum(0)
+        return dx, dm, dc, None, None
+
+
 def _folded_simple_attention(
     x: Tensor, weight: Tensor, bias: Tensor | None, heads: int, batch: Tensor | None
 ) -> Tensor:
@@ -130,8 +195,9 @@ def _folded_simple_attention(
         count = count.to(dtype)
         eps = torch.finfo(dtype).eps
         if seg is None:
-            p = torch.addmm(c, x, m)  # (N, H Dv + H)
-            floor = (count * eps).view(1, 1)
+            # row blocks: every (rows, H Dv + H) product is divided while it
+            # is still in cache, and nothing of size N x (H Dv + H) is stored
+            return _BlockedRatioMean.apply(x, m, c, (count * eps).view(1, 1), heads)
         else:
             # one baddbmm per bucket; the ratio runs on the padded rows (the
             # padding rows' gradient is 0) and only the result is gathered
