@@ -414,8 +414,10 @@ def _simple_batched(q: Tensor, k: Tensor, v: Tensor, batch: Tensor, qk_norm: str
     b = seg.batch
     tiny = torch.finfo(q.dtype).tiny
     if qk_norm == "global":  # one Frobenius norm per graph (nodes and heads)
-        nq = seg.sum(q.square().sum((1, 2))).sqrt().clamp_min(tiny)  # (B,)
-        nk = seg.sum(k.square().sum((1, 2))).sqrt().clamp_min(tiny)
+        # clamp before the square root: sqrt'(0) is infinite, and an all-zero
+        # q or k would otherwise turn its (zero) gradient into NaN
+        nq = seg.sum(q.square().sum((1, 2))).clamp_min(tiny).sqrt()  # (B,)
+        nk = seg.sum(k.square().sum((1, 2))).clamp_min(tiny).sqrt()
         qn = q / nq.index_select(0, b).view(-1, 1, 1)
         kn = k / nk.index_select(0, b).view(-1, 1, 1)
     else:
