@@ -158,6 +158,21 @@ def _simple_single(q: Tensor, k: Tensor, v: Tensor, qk_norm: str) -> Tensor:
 CHUNK_ROWS = 32
 
 
+def _rank_in_graph(batch: Tensor, counts: Tensor) -> Tensor:
+    """The rank (N,) of every node inside its graph (stable: keeps the given
+    order). Skips the sort when ``batch`` is already sorted, as PyG's are."""
+    n = batch.numel()
+    ptr = torch.zeros(counts.numel() + 1, dtype=torch.long, device=batch.device)
+    torch.cumsum(counts, 0, out=ptr[1:])
+    arange = torch.arange(n, device=batch.device)
+    if n < 2 or bool((batch[1:] >= batch[:-1]).all()):
+        return arange - ptr[batch]
+    perm = torch.argsort(batch, stable=True)
+    rank = torch.empty_like(batch)
+    rank[perm] = arange - ptr[batch[perm]]
+    return rank
+
+
 class Segments:
     """Nodes grouped by graph, laid out for loop-free per-graph products.
 
@@ -187,18 +202,9 @@ class Segments:
         device = batch.device
         counts = torch.bincount(batch, minlength=num_graphs)  # (B,)
         chunks = (counts + rows - 1) // rows  # (B,)
-        ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
-        torch.cumsum(counts, 0, out=ptr[1:])
         cptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
         torch.cumsum(chunks * rows, 0, out=cptr[1:])
-        # rank of every node inside its graph (stable: keeps the given order)
-        arange = torch.arange(n, device=device)
-        if n < 2 or bool((batch[1:] >= batch[:-1]).all()):  # sorted, as PyG batches are
-            rank = arange - ptr[batch]
-        else:
-            perm = torch.argsort(batch, stable=True)
-            rank = torch.empty_like(batch)
-            rank[perm] = arange - ptr[batch[perm]]
+        rank = _rank_in_graph(batch, counts)
         self.batch = batch
         self.num_graphs = num_graphs
         self.rows = rows
@@ -276,15 +282,7 @@ class Buckets:
         slot[slot_graph] = torch.arange(num_graphs, device=device)  # slot of every graph
         rows_s = rows[slot_graph]  # (B,) padded rows per slot, ascending
         start_s = torch.cumsum(rows_s, 0) - rows_s  # (B,) first padded row of every slot
-        ptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
-        torch.cumsum(counts, 0, out=ptr[1:])
-        arange = torch.arange(n, device=device)
-        if n < 2 or bool((batch[1:] >= batch[:-1]).all()):  # sorted, as PyG batches are
-            rank = arange - ptr[batch]
-        else:
-            perm = torch.argsort(batch, stable=True)
-            rank = torch.empty_like(batch)
-            rank[perm] = arange - ptr[batch[perm]]
+        rank = _rank_in_graph(batch, counts)
         self.dest = start_s[slot[batch]] + rank  # (N,) padded row of every node
         sizes, per = torch.unique_consecutive(rows_s, return_counts=True)
         self.buckets = []  # (first slot, last slot, first row, last row, rows per graph)
