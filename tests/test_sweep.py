@@ -107,6 +107,20 @@ def test_load_and_expand(tmp_path):
     assert [c.hash for c in again] == [c.hash for c in cells]
     assert sw.cell_hash({"a": 1, "b": {"c": 2}}) == sw.cell_hash({"b": {"c": 2}, "a": 1})
     assert sw.cell_hash({"a": 1}) != sw.cell_hash({"a": 2})
+    # thread count and checkpointing do not change the cell; distributed training does
+    same = sw.expand(sw.load_sweep(str(path), ["train.num_threads=2", "train.checkpoint_every=5"]))
+    assert [c.hash for c in same] == [c.hash for c in cells]
+    other = sw.expand(sw.load_sweep(str(path), ["train.distributed=true", "train.batch_size=64"]))
+    assert not {c.hash for c in other} & {c.hash for c in cells}
+
+
+def test_an_option_added_later_leaves_old_hashes_alone(monkeypatch):
+    """A key of UNHASHED_AT at its listed value hashes as if it did not exist
+    (a folder from before the option still matches); any other value counts."""
+    old = {"model": {"num_layers": 4}, "train": {"seed": 0}}
+    monkeypatch.setitem(sw.UNHASHED_AT, "model.new_option", "off")
+    assert sw.cell_hash({**old, "model": {"num_layers": 4, "new_option": "off"}}) == sw.cell_hash(old)
+    assert sw.cell_hash({**old, "model": {"num_layers": 4, "new_option": "on"}}) != sw.cell_hash(old)
 
 
 @pytest.mark.parametrize(

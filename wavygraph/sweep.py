@@ -18,8 +18,8 @@ Every cell is one train run (:func:`wavygraph.train.run`) with the config
     OUT/cells/<hash>/   config.yaml, metrics.json, model.pt, cell.json
 
 where ``<hash>`` is a stable hash of the cell's resolved config (without the
-keys that do not change the result: ``out_dir``, ``data.root``,
-``train.device``, ``train.progress``). A cell runs in ``OUT/tmp/`` and is
+keys that do not change the result, :data:`UNHASHED_KEYS`, and of options
+added later while at their old behaviour, :data:`UNHASHED_AT`). A cell runs in ``OUT/tmp/`` and is
 renamed into ``OUT/cells/`` in one :func:`os.rename` once complete, so a
 cell is either complete or absent, whenever the process is killed. Rerunning
 the same command skips the cells present; two processes (shards, machines
@@ -50,8 +50,17 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 
 SWEEP_KEYS = ("base", "grid", "set", "out_dir")
-#: Config keys left out of a cell's hash: they do not change its result.
-UNHASHED_KEYS = ("out_dir", "data.root", "train.device", "train.progress")
+#: Config keys left out of a cell's hash: they do not change its result
+#: (beyond the rounding of float sums, for the device and thread count).
+UNHASHED_KEYS = (
+    "out_dir", "data.root", "train.device", "train.progress", "train.num_threads",
+    "train.checkpoint_every", "train.resume", "train.dist_backend",
+)
+#: Options added to the config after sweep folders existed, with the value
+#: that reproduces the behaviour from before: left out of the hash while
+#: they hold it, so adding an option does not invalidate finished cells.
+#: Every new config key belongs here (or in :data:`UNHASHED_KEYS`).
+UNHASHED_AT = {"train.distributed": False}
 #: ``module:function`` of the train entry point; the environment variable
 #: :data:`RUNNER_ENV` replaces it (tests use it for a fake trainer).
 DEFAULT_RUNNER = "wavygraph.train:run"
@@ -198,10 +207,15 @@ def _drop(tree: dict, dotted: str) -> None:
 
 def cell_hash(config: dict) -> str:
     """Stable 16-hex-digit hash of a resolved config (a plain container),
-    without :data:`UNHASHED_KEYS`."""
+    without :data:`UNHASHED_KEYS` and without the keys of
+    :data:`UNHASHED_AT` that hold their listed value."""
     tree = json.loads(json.dumps(config))  # deep copy
     for key in UNHASHED_KEYS:
         _drop(tree, key)
+    flat = _flatten(tree)
+    for key, value in UNHASHED_AT.items():
+        if key in flat and flat[key] == value:
+            _drop(tree, key)
     text = json.dumps(tree, sort_keys=True, separators=(",", ":"))
     return sha256(text.encode()).hexdigest()[:16]
 
