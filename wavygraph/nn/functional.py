@@ -21,6 +21,8 @@ Two kernels, both row-stochastic attention over the nodes of one graph:
 from __future__ import annotations
 
 
+import math
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -69,26 +71,38 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, batch: Tensor | None) -> None
             raise ValueError("batch holds a negative graph index; graph indices start at 0")
 
 
+def _vector_norm(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
+    """``||x||`` floored at the dtype's smallest normal number, exact also
+    where the squares of the entries under- or overflow (float32 entries
+    below ~1e-19 or above ~1e19): then it is accumulated in float64. On CPU
+    the fast float32 norm is checked and redone only when out of range; on
+    accelerators the float64 accumulation always runs (no host sync)."""
+    finfo = torch.finfo(x.dtype)
+    if x.device.type == "cpu":
+        norm = torch.linalg.vector_norm(x, dim=dim, keepdim=keepdim)
+        # Below lo, entries under sqrt(tiny) may carry a relevant share of the
+        # norm; an infinite norm is an overflowed sum of finite squares.
+        lo = math.sqrt(finfo.tiny / finfo.eps)
+        if x.dtype != torch.float64 and bool(((norm < lo) | torch.isinf(norm)).any()):
+            norm = torch.linalg.vector_norm(x, dim=dim, keepdim=keepdim, dtype=torch.float64).to(x.dtype)
+    else:
+        wide = torch.float32 if x.device.type == "mps" else torch.float64
+        norm = torch.linalg.vector_norm(x, dim=dim, keepdim=keepdim, dtype=wide).to(x.dtype)
+    return norm.clamp_min(finfo.tiny)
+
+
 def _normalize(q: Tensor, k: Tensor, qk_norm: str) -> tuple[Tensor, Tensor]:
     """Scale q and k of one graph: ``global`` by the Frobenius norm over all
     nodes and heads, ``row`` per node and head, ``none`` untouched."""
-    if qk_norm == "global":
-        tiny = torch.finfo(q.dtype).tiny
-        q = q / torch.linalg.vector_norm(q).clamp_min(tiny)
-        k = k / torch.linalg.vector_norm(k).clamp_min(tiny)
-    elif qk_norm == "row":
-        q = F.normalize(q, dim=-1)
-        k = F.normalize(k, dim=-1)
+    if qk_norm in ("global", "row"):
+        q, _ = _unit(q, qk_norm)
+        k, _ = _unit(k, qk_norm)
     return q, k
 
 
 def _unit(x: Tensor, qk_norm: str) -> tuple[Tensor, Tensor]:
     """``x`` scaled to unit norm and the norm it was divided by (broadcastable)."""
-    tiny = torch.finfo(x.dtype).tiny
-    if qk_norm == "global":
-        norm = torch.linalg.vector_norm(x).clamp_min(tiny)
-    else:
-        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True).clamp_min(tiny)
+    norm = _vector_norm(x) if qk_norm == "global" else _vector_norm(x, dim=-1, keepdim=True)
     return x / norm, norm
 
 
@@ -412,15 +426,17 @@ def _simple_batched(q: Tensor, k: Tensor, v: Tensor, batch: Tensor, qk_norm: str
     b = seg.batch
     tiny = torch.finfo(q.dtype).tiny
     if qk_norm == "global":  # one Frobenius norm per graph (nodes and heads)
-        # clamp before the square root: sqrt'(0) is infinite, and an all-zero
-        # q or k would otherwise turn its (zero) gradient into NaN
-        nq = seg.sum(q.square().sum((1, 2))).clamp_min(tiny).sqrt()  # (B,)
-        nk = seg.sum(k.square().sum((1, 2))).clamp_min(tiny).sqrt()
+        # per-node norms (floored: no infinite sqrt'(0) for all-zero q or k)
+        # combined in float64, where their squares neither under- nor overflow
+        nq, nk = (
+            seg.sum(_vector_norm(t, dim=(1, 2)).double().square()).sqrt().to(t.dtype).clamp_min(tiny)
+            for t in (q, k)
+        )  # (B,)
         qn = q / nq.index_select(0, b).view(-1, 1, 1)
         kn = k / nk.index_select(0, b).view(-1, 1, 1)
     else:
-        qn = F.normalize(q, dim=-1)
-        kn = F.normalize(k, dim=-1)
+        qn, _ = _unit(q, qk_norm)
+        kn, _ = _unit(k, qk_norm)
     kv = seg.outer(seg.pad(kn), seg.pad(v), "crhd,crhe->chde")  # (B, H, D, Dv)
     ks = seg.sum(kn)  # (B, H, D)
     vs = seg.sum(v)  # (B, H, Dv)
