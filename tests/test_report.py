@@ -77,3 +77,34 @@ def test_cli(tmp_path, capsys):
     assert (tmp_path / "r" / "results.csv").is_file()
     assert cli_main(["report", str(tmp_path / "empty")]) == 2
     assert capsys.readouterr().err.startswith("wavygraph: error: ")
+
+
+def test_variants_and_best_worst(tmp_path):
+    """With another grid key (force_scale), each (residual, value) pair is a
+    variant: its own diagnostics line, and best/worst pick by mean score."""
+    root = tmp_path / "sweep"
+    scores = {("wave", "fixed"): [0.8, 0.7], ("wave", "rezero"): [0.5, 0.4], ("diffusion", "rezero"): [0.9, 0.9],
+              ("diffusion", "fixed"): [0.2, 0.3]}
+    for (residual, fs), values in scores.items():
+        for seed, score in enumerate(values):
+            h = f"{residual[:4]}{fs[:3]}{seed}".ljust(16, "0")
+            cfg = {"data": {"name": "cora"}, "model": {"num_layers": 4, "residual": residual, "force_scale": fs},
+                   "train": {"seed": seed}}
+            diag = {"dirichlet_energy": [score + i for i in range(5)]}
+            rec = {"hash": h, "params": {"model.num_layers": 4, "model.residual": residual,
+                                         "model.force_scale": fs, "train.seed": seed},
+                   "config": cfg, "metrics": {"metric": "acc", "test": score, "diagnostics": diag}}
+            (root / "cells" / h).mkdir(parents=True)
+            (root / "cells" / h / "cell.json").write_text(json.dumps(rec))
+    df = report.load_results(root)
+    assert report.best_and_worst(df, 4) == ["diffusion, force_scale=rezero", "diffusion, force_scale=fixed"]
+    frame = report.diagnostics_frame(report.load_cells(root), 4)
+    assert set(frame["variant"]) == {"wave, force_scale=fixed", "wave, force_scale=rezero",
+                                     "diffusion, force_scale=rezero", "diffusion, force_scale=fixed"}
+    first = frame[(frame.variant == "wave, force_scale=rezero") & (frame.layer == 0)]["value"]
+    assert first.mean() == pytest.approx(0.45)
+    paths = report.make_report(root, best_worst=True)
+    assert paths["diagnostics_best_worst"].name == "diagnostics_depth4_best_worst.png"
+    assert paths["diagnostics_best_worst"].read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(report.ReportError, match="no scored cells at depth 8"):
+        report.best_and_worst(df, 8)

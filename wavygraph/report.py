@@ -13,7 +13,9 @@ writes into ``DIR`` (or ``--out``):
   with a ±std band;
 * ``diagnostics_depth<D>.png``: every diagnostic against the layer index
   for depth ``D`` (``--depth``, default the largest), one line (mean over
-  seeds, ±std band) per residual kind.
+  seeds, ±std band) per residual kind (and values of the other grid keys);
+* with ``--best-worst``, ``diagnostics_depth<D>_best_worst.png``: the same
+  for only the best and the worst of them at that depth.
 """
 from __future__ import annotations
 
@@ -214,28 +216,69 @@ def plot_score_vs_depth(df: pd.DataFrame, path: Path) -> Path:
     return path
 
 
+_GRID_FIXED = ("model.num_layers", "model.residual", "train.seed")
+
+
+def _variant_keys(records: Sequence[dict]) -> list[str]:
+    """Grid keys besides depth, residual kind and seed, in first-seen order."""
+    keys: list[str] = []
+    for rec in records:
+        keys += [k for k in rec["params"] if k not in _GRID_FIXED and k not in keys]
+    return keys
+
+
+def variant_label(residual: str, values: dict) -> str:
+    """``wave`` or, with other grid keys, ``wave, force_scale=rezero, norm=pair``."""
+    return ", ".join([str(residual), *(f"{k.split('.')[-1]}={v}" for k, v in values.items())])
+
+
 def diagnostics_frame(records: Sequence[dict], depth: int) -> pd.DataFrame:
-    """Long table (residual, seed, measure, layer, value) of the cells of one depth."""
+    """Long table (variant, residual, seed, measure, layer, value) of the cells
+    of one depth; ``variant`` is the residual kind plus the values of the
+    other grid keys (:func:`variant_label`)."""
+    keys = _variant_keys(records)
     rows = []
     for rec in records:
         cfg = rec["config"]
         if _get(cfg, "model.num_layers") != depth:
             continue
+        residual = _get(cfg, "model.residual")
+        variant = variant_label(residual, {k: rec["params"].get(k, _get(cfg, k)) for k in keys})
         diags = (rec.get("metrics") or {}).get("diagnostics") or {}
         for name, values in diags.items():
             offset = 1 if name == "spectral_gap" else 0  # the gap of layer l acts on states l-1
             for i, v in enumerate(values):
-                rows.append({"residual": _get(cfg, "model.residual"), "seed": _get(cfg, "train.seed"),
+                rows.append({"variant": variant, "residual": residual, "seed": _get(cfg, "train.seed"),
                              "hash": rec["hash"], "measure": name, "layer": i + offset,
                              "value": float("nan") if v is None else float(v)})
     return pd.DataFrame(rows)
 
 
-def plot_diagnostics(records: Sequence[dict], depth: int, path: Path) -> Path | None:
+def best_and_worst(df: pd.DataFrame, depth: int) -> list[str]:
+    """The variants (:func:`variant_label`) with the highest and the lowest
+    mean test score at ``depth``."""
+    at = aggregate(df)
+    at = at[at["depth"] == depth].dropna(subset=["mean"])
+    if at.empty:
+        raise ReportError(f"no scored cells at depth {depth}")
+    others = other_keys(df)
+    labels = [variant_label(r["residual"], {k: r[k] for k in others}) for _, r in at.iterrows()]
+    means = at["mean"].tolist()
+    best = labels[max(range(len(means)), key=means.__getitem__)]
+    worst = labels[min(range(len(means)), key=means.__getitem__)]
+    return [best] if best == worst else [best, worst]
+
+
+def plot_diagnostics(
+    records: Sequence[dict], depth: int, path: Path, variants: Sequence[str] | None = None, title: str = ""
+) -> Path | None:
     """Every diagnostic against the layer index for one depth, one line per
-    residual kind (mean over the cells, ±std band). ``None`` if no cell of
-    that depth has diagnostics."""
+    variant (residual kind and the other grid values; mean over seeds, ±std
+    band), only ``variants`` when given. ``None`` if no cell of that depth
+    has diagnostics."""
     frame = diagnostics_frame(records, depth)
+    if not frame.empty and variants is not None:
+        frame = frame[frame["variant"].isin(list(variants))]
     if frame.empty:
         return None
     import matplotlib
@@ -251,9 +294,12 @@ def plot_diagnostics(records: Sequence[dict], depth: int, path: Path) -> Path | 
     for ax, name in zip(axes.flat, measures):
         part = frame[frame["measure"] == name]
         log = name == "dirichlet_energy" and bool((part["value"] > 0).all())
-        for r in _residual_order(part["residual"]):
-            sub = part[part["residual"] == r].groupby("layer")["value"].agg(["mean", "std"]).reset_index()
-            _band(ax, sub["layer"], sub["mean"], sub["std"], r, positive=log)
+        order = list(variants) if variants is not None else sorted(
+            set(part["variant"]), key=lambda v: (_residual_order(part["residual"]).index(v.split(",")[0]), v))
+        for name_v in order:
+            sub = part[part["variant"] == name_v].groupby("layer")["value"].agg(["mean", "std"]).reset_index()
+            if not sub.empty:
+                _band(ax, sub["layer"], sub["mean"], sub["std"], name_v, positive=log)
         if log:
             ax.set_yscale("log")
         else:
@@ -264,16 +310,21 @@ def plot_diagnostics(records: Sequence[dict], depth: int, path: Path) -> Path | 
     for ax in list(axes.flat)[len(measures):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
-    fig.suptitle(f"over-smoothing diagnostics per layer, {depth} layers", fontsize=11)
+    fig.suptitle(f"over-smoothing diagnostics per layer, {depth} layers{title}", fontsize=11)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
 
 
-def make_report(out_dir: str | os.PathLike, depth: int | None = None, dest: str | os.PathLike | None = None) -> dict:
+def make_report(
+    out_dir: str | os.PathLike, depth: int | None = None, dest: str | os.PathLike | None = None,
+    best_worst: bool = False,
+) -> dict:
     """Write ``results.csv``, ``summary.md`` and the plots; returns their paths
-    (``diagnostics`` is ``None`` when no cell has diagnostics)."""
+    (``diagnostics`` is ``None`` when no cell has diagnostics). With
+    ``best_worst`` also ``diagnostics_depth<D>_best_worst.png``: only the
+    variants with the highest and the lowest mean test score at that depth."""
     source = Path(out_dir)
     target = Path(dest) if dest is not None else source
     target.mkdir(parents=True, exist_ok=True)
@@ -292,6 +343,10 @@ def make_report(out_dir: str | os.PathLike, depth: int | None = None, dest: str 
         "score_plot": plot_score_vs_depth(df, target / "score_vs_depth.png"),
         "diagnostics": plot_diagnostics(records, depth, target / f"diagnostics_depth{depth}.png"),
     }
+    if best_worst:
+        paths["diagnostics_best_worst"] = plot_diagnostics(
+            records, depth, target / f"diagnostics_depth{depth}_best_worst.png",
+            variants=best_and_worst(df, depth), title=": best and worst test score")
     return paths
 
 
@@ -306,12 +361,15 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("dir", help="the sweep's out_dir")
     p.add_argument("--depth", type=int, default=None, help="depth of the diagnostics plot (default: the largest)")
     p.add_argument("--out", default=None, help="where to write (default: DIR)")
+    p.add_argument("--best-worst", action="store_true",
+                   help="also plot the diagnostics of only the best and the worst variant at --depth "
+                        "(diagnostics_depth<D>_best_worst.png)")
     p.set_defaults(func=command)
     return p
 
 
 def command(args: argparse.Namespace) -> int:
-    paths = make_report(args.dir, args.depth, args.out)
+    paths = make_report(args.dir, args.depth, args.out, best_worst=args.best_worst)
     print(Path(paths["summary"]).read_text())
     for name, path in paths.items():
         if path is not None:
