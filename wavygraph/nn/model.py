@@ -215,6 +215,7 @@ class WavyDIFFormer(nn.Module):
         h = F.relu(self.input_norm(self.input(x)))  # (N, C)
         h = F.dropout(h, self.dropout, self.training)
         state = self.steppers[0].init(h)
+        momentum_from_state = self.residual == "light_wave" and self.momentum_norm == "state"
         hidden = [h]
         for i in range(self.num_layers):
             ax = self.convs[i](state.x, adj, batch)  # A x, (N, C)
@@ -225,12 +226,14 @@ class WavyDIFFormer(nn.Module):
                 force = self.alpha[i] * force
             prev_x = state.x
             state = self.steppers[i](state, force)
+            if momentum_from_state:  # the displacement is recomputed below: no velocity through norm and FFN
+                state = StepState(state.x, None)
             state = self._norm(self.norms[i], state, batch)
             if self.ffns:
                 fx, fv = self.ffns[i](state.x, state.v)
                 state = StepState(state.x + fx, None if state.v is None else state.v + fv)
                 state = self._norm(self.ffn_norms[i], state, batch)
-            if self.residual == "light_wave" and self.momentum_norm == "state":
+            if momentum_from_state:
                 state = StepState(state.x, state.x - prev_x)
             state = self._dropout(state)
             hidden.append(state.x)
