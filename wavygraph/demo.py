@@ -25,6 +25,10 @@ DEMO_SET = {
     "data.csbm.preset": "small",
     "model.hidden_channels": 32,
     "model.dropout": 0.2,
+    # the depth recipe (README, "Which residual for deep graph transformers?"):
+    # local branch blended with the global one, no dropout after each layer
+    "model.graph_weight": 0.5,
+    "model.layer_dropout": 0.0,
     "train.lr": 0.005,
     "train.weight_decay": 0.01,
 }
