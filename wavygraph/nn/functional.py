@@ -20,7 +20,6 @@ Two kernels, both row-stochastic attention over the nodes of one graph:
 """
 from __future__ import annotations
 
-
 import math
 
 import torch
