@@ -5,7 +5,6 @@ import pytest
 import torch
 
 from wavygraph import cli
-from wavygraph.config import ConfigError
 from wavygraph.data import InvalidDataError, WavygraphDataError, check_data, load_dataset
 from wavygraph.data.info import DatasetInfo
 from wavygraph.nn import DIFFormerConv, WavyDIFFormer

@@ -1,7 +1,6 @@
 """ReZero force scale, PairNorm and FeatScale against hand-written references."""
 import pytest
 import torch
-import torch.nn.functional as F
 from torch_geometric.nn import PairNorm
 
 from wavygraph.nn import WavyDIFFormer

@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
-import torch
 from torch import Tensor
 
 from .errors import WavygraphDataError

@@ -32,7 +32,6 @@ def propagate(adj: Tensor, x: Tensor) -> Tensor:
 
     Low-precision ``x`` (bf16/fp16, e.g. under autocast) is summed in the
     adjacency's precision (at least float32); the result has that dtype."""
-    n = x.shape[0]
     with torch.autocast(device_type=x.device.type, enabled=False):
         if x.dtype != adj.dtype:
             x = x.to(torch.promote_types(adj.dtype, torch.float32))
