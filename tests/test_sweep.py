@@ -348,3 +348,20 @@ def test_a_race_on_one_cell_keeps_the_first(tmp_path, fake_runner, monkeypatch):
     assert [p.name for p in (out / "cells").iterdir()] == [cell.hash]
     assert json.loads((out / "cells" / cell.hash / "cell.json").read_text()) == {"winner": "other"}
     assert not any((out / "tmp").iterdir()) and not (out / "failed").exists()
+
+
+def test_two_grids_in_one_folder_list_every_cell(tmp_path, fake_runner):
+    """A product plus extra variants run into one folder: the manifest (and the
+    report's "cells of N" count) covers both sweeps' cells."""
+    path = write_sweep(tmp_path, grid={"model.num_layers": [1, 2], "model.residual": ["diffusion", "wave"], "train.seed": [0]})
+    out = tmp_path / "both"
+    assert _cli(path, f"out_dir={out}") == 0
+    assert _cli(path, f"out_dir={out}", "grid.model.num_layers=[3]") == 0
+    manifest = json.loads((out / "sweep.json").read_text())
+    assert len(manifest["cells"]) == 6 and len(store_listing(out)) == 6
+    from wavygraph.report import load_results, write_summary
+
+    assert "6 cells of 6" in write_summary(load_results(out), tmp_path, out).read_text()
+    # rerunning the first sweep lists nothing twice
+    assert _cli(path, f"out_dir={out}") == 0
+    assert len(json.loads((out / "sweep.json").read_text())["cells"]) == 6

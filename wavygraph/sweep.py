@@ -419,8 +419,19 @@ def _run_in_worker(cell: Cell, out_dir: str) -> dict:
 
 def write_manifest(sweep: Sweep, cells: Sequence[Cell], out_dir: str) -> None:
     """``OUT/sweep.json``: the sweep's grid and every cell (hash, params),
-    which :mod:`wavygraph.report` uses to count missing cells."""
+    which :mod:`wavygraph.report` uses to count missing cells. Cells that
+    earlier sweeps into the same folder listed are kept (a folder may hold
+    several grids, e.g. a product plus extra variants)."""
     Path(out_dir).mkdir(parents=True, exist_ok=True)
+    listed = {c.hash: {"hash": c.hash, "params": c.params} for c in cells}
+    try:
+        with open(Path(out_dir) / "sweep.json") as fh:
+            earlier = json.load(fh).get("cells", [])
+        for entry in earlier:
+            if isinstance(entry, dict) and isinstance(entry.get("hash"), str):
+                listed.setdefault(entry["hash"], entry)
+    except (OSError, ValueError, AttributeError):
+        pass  # none yet, or unreadable: this sweep's cells only
     _write_json_atomic(
         Path(out_dir) / "sweep.json",
         {
@@ -429,7 +440,7 @@ def write_manifest(sweep: Sweep, cells: Sequence[Cell], out_dir: str) -> None:
             "grid": sweep.grid,
             "set": sweep.set,
             "overrides": sweep.overrides,
-            "cells": [{"hash": c.hash, "params": c.params} for c in cells],
+            "cells": [listed[h] for h in sorted(listed)],
         },
     )
 
