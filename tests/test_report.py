@@ -103,7 +103,14 @@ def test_variants_and_best_worst(tmp_path):
                                      "diffusion, force_scale=rezero", "diffusion, force_scale=fixed"}
     first = frame[(frame.variant == "wave, force_scale=rezero") & (frame.layer == 0)]["value"]
     assert first.mean() == pytest.approx(0.45)
+    table = report.variant_table(df).splitlines()
+    assert table[0] == "| variant | 4 layers |"
+    assert table[2:] == ["| diffusion, force_scale=fixed | 25.00 ± 7.07 (2) |",
+                         "| diffusion, force_scale=rezero | **90.00 ± 0.00** (2) |",
+                         "| wave, force_scale=fixed | 75.00 ± 7.07 (2) |",
+                         "| wave, force_scale=rezero | 45.00 ± 7.07 (2) |"]
     paths = report.make_report(root, best_worst=True)
+    assert "## Every variant against depth" in paths["summary"].read_text()
     assert paths["diagnostics_best_worst"].name == "diagnostics_depth4_best_worst.png"
     assert paths["diagnostics_best_worst"].read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(report.ReportError, match="no scored cells at depth 8"):

@@ -8,7 +8,8 @@ writes into ``DIR`` (or ``--out``):
   diagnostic (``<measure>_last``);
 * ``summary.md``: test score mean ± std (sample std over seeds, count in
   brackets) per residual kind (columns) and depth (rows), the best mean of
-  each depth in bold; one table per combination of the other grid keys;
+  each depth in bold; one table per combination of the other grid keys, and
+  then all of them in one table (a row per variant, a column per depth);
 * ``score_vs_depth.png``: test score against depth per residual kind, mean
   with a ±std band;
 * ``diagnostics_depth<D>.png``: every diagnostic against the layer index
@@ -157,6 +158,34 @@ def summary_table(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def variant_table(df: pd.DataFrame) -> str:
+    """One markdown table of every variant (residual kind and the values of
+    the other grid keys, :func:`variant_label`) against depth: mean ± std
+    (runs), the best per depth in bold."""
+    scale = 100.0 if _percent(df) else 1.0
+    agg = aggregate(df)
+    others = other_keys(df)
+    order = {r: i for i, r in enumerate(_residual_order(agg["residual"]))}
+    agg = agg.assign(variant=[variant_label(r["residual"], {k: r[k] for k in others}) for _, r in agg.iterrows()],
+                     _r=agg["residual"].map(order))
+    depths = sorted(agg["depth"].unique())
+    best = agg.groupby("depth")["mean"].max()
+    lines = ["| variant | " + " | ".join(f"{d} layers" for d in depths) + " |",
+             "|---|" + "---:|" * len(depths)]
+    for variant, part in agg.sort_values(["_r", *others], kind="stable").groupby("variant", sort=False):
+        at = part.set_index("depth")
+        cells = []
+        for d in depths:
+            if d not in at.index or at.loc[d, "n"] == 0:
+                cells.append("—")
+                continue
+            mean, std, n = at.loc[d, "mean"], at.loc[d, "std"], int(at.loc[d, "n"])
+            text = f"{mean * scale:.2f}" + (f" ± {std * scale:.2f}" if n > 1 and not math.isnan(std) else "")
+            cells.append((f"**{text}**" if mean == best[d] else text) + f" ({n})")
+        lines.append(f"| {variant} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def _expected_cells(out_dir: Path) -> int | None:
     manifest = out_dir / "sweep.json"
     if not manifest.is_file():
@@ -170,6 +199,8 @@ def write_summary(df: pd.DataFrame, out_dir: Path, source: Path) -> Path:
     count = f"{len(df)} cells" + (f" of {expected}" if expected is not None else "")
     datasets = ", ".join(sorted(set(map(str, df["dataset"]))))
     text = f"# Sweep results\n\ndata: {datasets}; {count}\n\n" + summary_table(df)
+    if other_keys(df):
+        text += "\n## Every variant against depth\n\n" + variant_table(df)
     path = out_dir / "summary.md"
     path.write_text(text)
     return path
