@@ -225,9 +225,14 @@ def plot_score_vs_depth(df: pd.DataFrame, path: Path) -> Path:
     agg = aggregate(df)
     others = other_keys(df)
     groups = [((), agg)] if not others else list(agg.groupby(others, sort=False, dropna=False))
-    fig, axes = plt.subplots(1, len(groups), figsize=(5.5 * len(groups), 4), squeeze=False)
+    cols = min(3, len(groups))
+    rows = math.ceil(len(groups) / cols)
+    # panels share the score axis, at most three per row
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4 * rows), squeeze=False, sharey=True)
     depths = sorted(agg["depth"].unique())
-    for ax, (key, part) in zip(axes[0], groups):
+    for ax in list(axes.flat)[len(groups):]:
+        ax.axis("off")
+    for ax, (key, part) in zip(axes.flat, groups):
         for r in _residual_order(part["residual"]):
             sub = part[part["residual"] == r].sort_values("depth")
             _band(ax, sub["depth"], sub["mean"] * scale, sub["std"] * scale, r)
