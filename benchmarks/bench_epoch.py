@@ -11,6 +11,7 @@ model (resident high-water mark above the baseline on CPU,
 
     python -m benchmarks.bench_epoch --reps 5
     python -m benchmarks.bench_epoch --residuals diffusion light_wave --no-memory
+    python -m benchmarks.bench_epoch --residuals diffusion light_wave --no-sgformer --compile
 """
 from __future__ import annotations
 
@@ -52,9 +53,10 @@ def build(impl: str, data, args):
         model = WavyDIFFormer(f, args.hidden, c, num_layers=args.layers, residual=impl, heads=args.heads,
                               dropout=args.dropout, use_graph=True)
         graph = gcn_adjacency(data.edge_index, data.num_nodes)  # built once, as a training loop does
+        run = torch.compile(model) if args.compile else model
 
         def forward():
-            return model(data.x, graph)
+            return run(data.x, graph)
     model = model.to(data.x.device).train()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     mask = data.train_mask
@@ -88,6 +90,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-memory", action="store_true")
+    ap.add_argument("--compile", action="store_true",
+                    help="torch.compile the WavyDIFFormer models (default backend); the first, compiling "
+                         "epoch is the warm-up and not timed")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--impl", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -100,6 +105,7 @@ def main() -> None:
     impls = list(args.residuals) + ([] if args.no_sgformer else ["sgformer"])
     print(f"# bench_epoch: csbm 'arxiv' N={data.num_nodes}, E={data.edge_index.shape[1]}, F={data.num_features}, "
           f"{args.layers} layers, hidden {args.hidden}, heads {args.heads}, dropout {args.dropout}, "
+          f"{'torch.compile, ' if args.compile else ''}"
           f"{machine_line(args.device)}, device {args.device}, median of {args.reps}")
     fns = {i: build(i, data, args) for i in impls}
     times = time_alternating(fns, args.reps, args.device)
@@ -112,7 +118,8 @@ def main() -> None:
                 extra += ["--num-nodes", str(args.num_nodes)]
             mem[i] = in_subprocess("benchmarks.bench_epoch", [
                 "--child", "--impl", i, "--layers", str(args.layers), "--hidden", str(args.hidden),
-                "--heads", str(args.heads), "--dropout", str(args.dropout), "--device", args.device, *extra])["peak"]
+                "--heads", str(args.heads), "--dropout", str(args.dropout), "--device", args.device, *extra,
+                *(["--compile"] if args.compile else [])])["peak"]
     base = "diffusion" if "diffusion" in times else impls[0]
     print(f"| model | s/epoch | time / {base} | peak MB | mem / {base} |")
     print("|---|---|---|---|---|")
