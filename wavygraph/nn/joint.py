@@ -221,3 +221,63 @@ class JointIdentity(nn.Module):
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels})"
+
+
+class _LightWaveJointLayerNormFn(torch.autograd.Function):
+    """The light-wave step ``d = tau F + lam D; s = x + d`` followed by the
+    joint LayerNorm of ``(s, d)`` in one function with a written-out
+    backward: the displacement's gradient is formed once, in a reused
+    buffer, instead of by autograd through four separate ops."""
+
+    @staticmethod
+    def forward(ctx, x, d_prev, force, lam, weight, bias, tau: float, eps: float):
+        c = x.shape[-1]
+        d = torch.mul(force, tau).addcmul_(d_prev, lam)  # tau F + lam D
+        s = x + d
+        x_out, mean, rstd = torch.native_layer_norm(s, (c,), weight, bias, eps)  # rstd (N, 1)
+        v_out = (d * rstd).mul_(weight)
+        ctx.tau, ctx.eps = tau, eps
+        ctx.save_for_backward(s, d, d_prev, mean, rstd, lam, weight, bias)
+        return x_out, v_out
+
+    @staticmethod
+    def backward(ctx, gx, gv):
+        s, d, d_prev, mean, rstd, lam, weight, bias = ctx.saved_tensors
+        c = s.shape[-1]
+        need = ctx.needs_input_grad
+        if gx is None:
+            gx = torch.zeros_like(s)
+        ds, dw, db = torch.ops.aten.native_layer_norm_backward(
+            gx, s, (c,), mean, rstd, weight, bias, [True, need[4], need[5]]
+        )
+        gd = ds
+        if gv is not None:
+            t = (gv * d).mul_(rstd)  # (N, C): v_out = w d rstd, scaled by w below
+            if need[4]:
+                dw = t.sum(0) if dw is None else dw + t.sum(0)
+            # d rstd / ds = -rstd^3 (s - mean) / C
+            coef = (t @ weight).unsqueeze(-1) * rstd.square() * (-1.0 / c)  # (N, 1)
+            ds = ds.addcmul_(s, coef).sub_(mean * coef)
+            gd = torch.mul(gv, rstd, out=t).mul_(weight).add_(ds)  # total gradient of d, in t's buffer
+        g_force = gd * ctx.tau if need[2] else None
+        g_lam = g_dprev = None
+        if need[3] or need[1]:
+            prod = gd * d_prev
+            g_lam = prod.sum(0) if need[3] else None
+            g_dprev = torch.mul(gd, lam, out=prod) if need[1] else None
+        return ds, g_dprev, g_force, g_lam, dw, db, None, None
+
+
+def light_wave_joint_layer_norm(
+    x: Tensor, d_prev: Tensor, force: Tensor, lam: Tensor, norm: JointLayerNorm, tau: float
+) -> tuple[Tensor, Tensor]:
+    """``JointLayerNorm`` of the light-wave step, fused:
+    ``d = tau F + lam D; return norm(x + d, d)``. Equal to
+    ``norm(*LightWaveStepper(...)(StepState(x, D), F))`` (tested); falls back
+    to that composition under autocast or mixed dtypes."""
+    lam = lam.to(force.dtype)
+    dtypes = {x.dtype, d_prev.dtype, force.dtype, norm.weight.dtype}
+    if len(dtypes) > 1 or torch.is_autocast_enabled(x.device.type):
+        d = (tau * force).addcmul_(lam, d_prev)
+        return norm(x + d, d)
+    return _LightWaveJointLayerNormFn.apply(x, d_prev, force, lam, norm.weight, norm.bias, tau, norm.eps)

@@ -8,7 +8,7 @@ from torch import Tensor, nn
 from .conv import DIFFormerConv
 from .featscale import FeatScale
 from .graph import gcn_adjacency
-from .joint import JointFFN, JointIdentity, JointLayerNorm, JointPairNorm
+from .joint import JointFFN, JointIdentity, JointLayerNorm, JointPairNorm, light_wave_joint_layer_norm
 from .steppers import STEPPERS, StepState, make_stepper
 from .validate import InputError, check_inputs
 
@@ -216,6 +216,7 @@ class WavyDIFFormer(nn.Module):
         h = F.dropout(h, self.dropout, self.training)
         state = self.steppers[0].init(h)
         momentum_from_state = self.residual == "light_wave" and self.momentum_norm == "state"
+        fused_step_norm = self.residual == "light_wave" and not momentum_from_state and self.norm == "layer"
         hidden = [h]
         for i in range(self.num_layers):
             ax = self.convs[i](state.x, adj, batch)  # A x, (N, C)
@@ -225,10 +226,15 @@ class WavyDIFFormer(nn.Module):
             if self.alpha is not None:
                 force = self.alpha[i] * force
             prev_x = state.x
-            state = self.steppers[i](state, force)
-            if momentum_from_state:  # the displacement is recomputed below: no velocity through norm and FFN
-                state = StepState(state.x, None)
-            state = self._norm(self.norms[i], state, batch)
+            if fused_step_norm:  # the same step and joint LayerNorm in one function (fewer passes over (N, C))
+                stepper = self.steppers[i]
+                state = StepState(*light_wave_joint_layer_norm(
+                    state.x, state.v, force, stepper.lam, self.norms[i], stepper.tau))
+            else:
+                state = self.steppers[i](state, force)
+                if momentum_from_state:  # the displacement is recomputed below: no velocity through norm and FFN
+                    state = StepState(state.x, None)
+                state = self._norm(self.norms[i], state, batch)
             if self.ffns:
                 fx, fv = self.ffns[i](state.x, state.v)
                 state = StepState(state.x + fx, None if state.v is None else state.v + fv)
