@@ -124,6 +124,16 @@ def aggregate(df: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _score_cell(at: pd.DataFrame, key, scale: float, best: float) -> str:
+    """``mean ± std (n)`` of row ``key`` of an :func:`aggregate` slice, in
+    bold when it is the ``best`` mean; ``—`` for a missing or empty row."""
+    if key not in at.index or at.loc[key, "n"] == 0:
+        return "—"
+    mean, std, n = at.loc[key, "mean"], at.loc[key, "std"], int(at.loc[key, "n"])
+    text = f"{mean * scale:.2f}" + (f" ± {std * scale:.2f}" if n > 1 and not math.isnan(std) else "")
+    return (f"**{text}**" if mean == best else text) + f" ({n})"
+
+
 def summary_table(df: pd.DataFrame) -> str:
     """The markdown tables of ``summary.md`` (without its heading)."""
     scale = 100.0 if _percent(df) else 1.0
@@ -143,16 +153,7 @@ def summary_table(df: pd.DataFrame) -> str:
         for depth in sorted(part["depth"].unique()):
             at = part[part["depth"] == depth].set_index("residual")
             best = at["mean"].max()
-            cells = []
-            for r in residuals:
-                if r not in at.index or at.loc[r, "n"] == 0:
-                    cells.append("—")
-                    continue
-                mean, std, n = at.loc[r, "mean"], at.loc[r, "std"], int(at.loc[r, "n"])
-                text = f"{mean * scale:.2f}" + (f" ± {std * scale:.2f}" if n > 1 and not math.isnan(std) else "")
-                if mean == best:
-                    text = f"**{text}**"
-                cells.append(f"{text} ({n})")
+            cells = [_score_cell(at, r, scale, best) for r in residuals]
             lines.append(f"| {depth} | " + " | ".join(cells) + " |")
         lines.append("")
     return "\n".join(lines)
@@ -174,14 +175,7 @@ def variant_table(df: pd.DataFrame) -> str:
              "|---|" + "---:|" * len(depths)]
     for variant, part in agg.sort_values(["_r", *others], kind="stable").groupby("variant", sort=False):
         at = part.set_index("depth")
-        cells = []
-        for d in depths:
-            if d not in at.index or at.loc[d, "n"] == 0:
-                cells.append("—")
-                continue
-            mean, std, n = at.loc[d, "mean"], at.loc[d, "std"], int(at.loc[d, "n"])
-            text = f"{mean * scale:.2f}" + (f" ± {std * scale:.2f}" if n > 1 and not math.isnan(std) else "")
-            cells.append((f"**{text}**" if mean == best[d] else text) + f" ({n})")
+        cells = [_score_cell(at, d, scale, best[d]) for d in depths]
         lines.append(f"| {variant} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
