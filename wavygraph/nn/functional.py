@@ -171,6 +171,15 @@ def _simple_single(q: Tensor, k: Tensor, v: Tensor, qk_norm: str) -> Tensor:
 CHUNK_ROWS = 32
 
 
+def _graph_counts(batch: Tensor, num_graphs: int | None) -> tuple[Tensor, int, Tensor]:
+    """``batch`` as int64, the number of graphs (``batch.max() + 1`` when
+    :obj:`None`, 0 for no nodes) and the node count of every graph ``(B,)``."""
+    batch = batch.long()
+    if num_graphs is None:
+        num_graphs = int(batch.max()) + 1 if batch.numel() > 0 else 0
+    return batch, num_graphs, torch.bincount(batch, minlength=num_graphs)
+
+
 def _rank_in_graph(batch: Tensor, counts: Tensor) -> Tensor:
     """The rank (N,) of every node inside its graph (stable: keeps the given
     order). Skips the sort when ``batch`` is already sorted, as PyG's are."""
@@ -208,12 +217,8 @@ class Segments:
     """
 
     def __init__(self, batch: Tensor, num_graphs: int | None = None, rows: int = CHUNK_ROWS):
-        batch = batch.long()
-        n = batch.numel()
-        if num_graphs is None:
-            num_graphs = int(batch.max()) + 1 if n > 0 else 0
+        batch, num_graphs, counts = _graph_counts(batch, num_graphs)
         device = batch.device
-        counts = torch.bincount(batch, minlength=num_graphs)  # (B,)
         chunks = (counts + rows - 1) // rows  # (B,)
         cptr = torch.zeros(num_graphs + 1, dtype=torch.long, device=device)
         torch.cumsum(chunks * rows, 0, out=cptr[1:])
@@ -283,12 +288,8 @@ class Buckets:
     """
 
     def __init__(self, batch: Tensor, num_graphs: int | None = None):
-        batch = batch.long()
-        n = batch.numel()
-        if num_graphs is None:
-            num_graphs = int(batch.max()) + 1 if n > 0 else 0
+        batch, num_graphs, counts = _graph_counts(batch, num_graphs)
         device = batch.device
-        counts = torch.bincount(batch, minlength=num_graphs)  # (B,)
         rows = _bucket_rows(counts)  # (B,)
         slot_graph = torch.argsort(rows, stable=True)  # (B,) graph of every slot
         slot = torch.empty_like(slot_graph)
