@@ -6,9 +6,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from .functional import KERNELS, QK_NORMS, Buckets, _check_choice, all_pair_attention
+from .functional import KERNELS, QK_NORMS, Buckets, all_pair_attention
 from .graph import gcn_adjacency, propagate
-from .validate import InputError, check_inputs
+from .validate import InputError, check_choice, check_inputs
 
 
 class _GramSum(torch.autograd.Function):
@@ -267,8 +267,8 @@ class DIFFormerConv(nn.Module):
         bias: bool = True,
     ):
         super().__init__()
-        _check_choice("kernel", kernel, KERNELS)
-        _check_choice("qk_norm", qk_norm, QK_NORMS)
+        check_choice("kernel", kernel, KERNELS)
+        check_choice("qk_norm", qk_norm, QK_NORMS)
         if kernel == "simple" and qk_norm == "none":
             raise ValueError("kernel='simple' needs qk_norm='global' or 'row'")
         for name, value in (("channels", channels), ("heads", heads)):

@@ -28,18 +28,13 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
+from .validate import check_choice
+
 KERNELS = ("simple", "sigmoid")
 QK_NORMS = ("global", "row", "none")
 
 #: Working-memory budget of one row block of the ``sigmoid`` kernel.
 DEFAULT_BLOCK_BYTES = 256 * 2**20
-
-
-def _check_choice(name: str, value: str, choices) -> None:
-    if value not in choices:
-        raise ValueError(
-            f"unknown {name} {value!r}; choose one of {', '.join(map(repr, choices))}"
-        )
 
 
 def _check_inputs(q: Tensor, k: Tensor, v: Tensor, batch: Tensor | None) -> None:
@@ -507,8 +502,8 @@ def all_pair_attention(
         - **input:** q, k ``(N, H, D)``, v ``(N, H, Dv)``, batch ``(N,)``
         - **output:** ``(N, H, Dv)``
     """
-    _check_choice("kernel", kernel, KERNELS)
-    _check_choice("qk_norm", qk_norm, QK_NORMS)
+    check_choice("kernel", kernel, KERNELS)
+    check_choice("qk_norm", qk_norm, QK_NORMS)
     if kernel == "simple" and qk_norm == "none":
         raise ValueError(
             "kernel='simple' needs normalised q and k (weights 1 + q.k must be >= 0); "

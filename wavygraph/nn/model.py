@@ -10,16 +10,11 @@ from .featscale import FeatScale
 from .graph import gcn_adjacency
 from .joint import JointFFN, JointIdentity, JointLayerNorm, JointPairNorm, light_wave_joint_layer_norm
 from .steppers import STEPPERS, StepState, make_stepper
-from .validate import InputError, check_inputs
+from .validate import InputError, check_choice, check_inputs
 
 MOMENTUM_NORMS = ("joint", "state")
 FORCE_SCALES = ("fixed", "rezero")
 NORMS = {"layer": JointLayerNorm, "pair": JointPairNorm, "none": JointIdentity}
-
-
-def _check_choice(name: str, value, choices) -> None:
-    if value not in choices:
-        raise InputError(f"unknown {name} {value!r}; choose one of {', '.join(map(repr, choices))}")
 
 
 class WavyDIFFormer(nn.Module):
@@ -130,10 +125,10 @@ class WavyDIFFormer(nn.Module):
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
-        _check_choice("residual", residual, STEPPERS)
-        _check_choice("momentum_norm", momentum_norm, MOMENTUM_NORMS)
-        _check_choice("force_scale", force_scale, FORCE_SCALES)
-        _check_choice("norm", norm, NORMS)
+        check_choice("residual", residual, STEPPERS)
+        check_choice("momentum_norm", momentum_norm, MOMENTUM_NORMS)
+        check_choice("force_scale", force_scale, FORCE_SCALES)
+        check_choice("norm", norm, NORMS)
         for name, value in (("dropout", dropout), ("layer_dropout", layer_dropout)):
             if value is not None and not 0.0 <= value < 1.0:
                 raise InputError(f"{name} must lie in [0, 1), got {value!r}")
@@ -227,9 +222,7 @@ class WavyDIFFormer(nn.Module):
                 force = self.alpha[i] * force
             prev_x = state.x
             if fused_step_norm:  # the same step and joint LayerNorm in one function (fewer passes over (N, C))
-                stepper = self.steppers[i]
-                state = StepState(*light_wave_joint_layer_norm(
-                    state.x, state.v, force, stepper.lam, self.norms[i], stepper.tau))
+                state = StepState(*light_wave_joint_layer_norm(state, force, self.steppers[i], self.norms[i]))
             else:
                 state = self.steppers[i](state, force)
                 if momentum_from_state:  # the displacement is recomputed below: no velocity through norm and FFN
