@@ -100,7 +100,7 @@ def test_fused_light_wave_step_and_norm_equals_composition(outputs):
     state = stepper(StepState(x, d), f)
     ref_out = norm(state.x, state.v)
     ref_grads = torch.autograd.grad(loss(*ref_out), params, allow_unused=True)
-    out = light_wave_joint_layer_norm(x, d, f, stepper.lam, norm, stepper.tau)
+    out = light_wave_joint_layer_norm(StepState(x, d), f, stepper, norm)
     grads = torch.autograd.grad(loss(*out), params, allow_unused=True)
     for a, b in zip(out, ref_out):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-13)

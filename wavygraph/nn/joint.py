@@ -268,16 +268,13 @@ class _LightWaveJointLayerNormFn(torch.autograd.Function):
         return ds, g_dprev, g_force, g_lam, dw, db, None, None
 
 
-def light_wave_joint_layer_norm(
-    x: Tensor, d_prev: Tensor, force: Tensor, lam: Tensor, norm: JointLayerNorm, tau: float
-) -> tuple[Tensor, Tensor]:
-    """``JointLayerNorm`` of the light-wave step, fused:
-    ``d = tau F + lam D; return norm(x + d, d)``. Equal to
-    ``norm(*LightWaveStepper(...)(StepState(x, D), F))`` (tested); falls back
-    to that composition under autocast or mixed dtypes."""
-    lam = lam.to(force.dtype)
-    dtypes = {x.dtype, d_prev.dtype, force.dtype, norm.weight.dtype}
-    if len(dtypes) > 1 or torch.is_autocast_enabled(x.device.type):
-        d = (tau * force).addcmul_(lam, d_prev)
-        return norm(x + d, d)
-    return _LightWaveJointLayerNormFn.apply(x, d_prev, force, lam, norm.weight, norm.bias, tau, norm.eps)
+def light_wave_joint_layer_norm(state, force: Tensor, stepper, norm: JointLayerNorm) -> tuple[Tensor, Tensor]:
+    """``norm(*stepper(state, force))`` for a
+    :class:`~wavygraph.nn.steppers.LightWaveStepper` and a
+    :class:`JointLayerNorm`, fused in one function (equal to the composition,
+    tested); the composition itself under autocast or mixed dtypes."""
+    x, d_prev = state
+    lam = stepper.lam.to(force.dtype)
+    if len({x.dtype, d_prev.dtype, force.dtype, norm.weight.dtype}) > 1 or torch.is_autocast_enabled(x.device.type):
+        return norm(*stepper(state, force))
+    return _LightWaveJointLayerNormFn.apply(x, d_prev, force, lam, norm.weight, norm.bias, stepper.tau, norm.eps)
