@@ -66,16 +66,24 @@ def _residual_order(values) -> list:
     return known + sorted(set(values) - set(known), key=str)
 
 
-def load_results(out_dir: str | os.PathLike) -> pd.DataFrame:
+def _grid_keys(records: Sequence[dict]) -> list[str]:
+    """Every grid key of the cells, in first-seen order."""
+    keys: list[str] = []
+    for rec in records:
+        keys += [k for k in rec["params"] if k not in keys]
+    return keys
+
+
+def load_results(out_dir: str | os.PathLike, records: Sequence[dict] | None = None) -> pd.DataFrame:
     """``results.csv`` as a data frame: one row per cell, sorted by the other
     grid keys, residual kind (in the order diffusion, wave, mix,
-    light_wave), depth and seed."""
-    records = load_cells(out_dir)
+    light_wave), depth and seed. ``records``: the folder's cells when
+    already read (:func:`load_cells`)."""
+    if records is None:
+        records = load_cells(out_dir)
     if not records:
         raise ReportError(f"{out_dir} holds no finished cells yet")
-    grid_keys: list[str] = []
-    for rec in records:
-        grid_keys += [k for k in rec["params"] if k not in grid_keys]
+    grid_keys = _grid_keys(records)
     rows = []
     for rec in records:
         cfg, metrics = rec["config"], rec.get("metrics") or {}
@@ -251,10 +259,7 @@ _GRID_FIXED = ("model.num_layers", "model.residual", "train.seed")
 
 def _variant_keys(records: Sequence[dict]) -> list[str]:
     """Grid keys besides depth, residual kind and seed, in first-seen order."""
-    keys: list[str] = []
-    for rec in records:
-        keys += [k for k in rec["params"] if k not in _GRID_FIXED and k not in keys]
-    return keys
+    return [k for k in _grid_keys(records) if k not in _GRID_FIXED]
 
 
 def variant_label(residual: str, values: dict) -> str:
@@ -358,8 +363,8 @@ def make_report(
     source = Path(out_dir)
     target = Path(dest) if dest is not None else source
     target.mkdir(parents=True, exist_ok=True)
-    df = load_results(source)
     records = load_cells(source)
+    df = load_results(source, records)
     depths = sorted(df["depth"].unique())
     if depth is None:
         depth = int(depths[-1])
