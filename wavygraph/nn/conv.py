@@ -8,7 +8,7 @@ from torch.autograd.function import once_differentiable
 
 from .functional import KERNELS, QK_NORMS, Buckets, all_pair_attention
 from .graph import gcn_adjacency, propagate
-from .validate import InputError, check_choice, check_inputs
+from .validate import check_choice, check_inputs
 
 
 class _GramSum(torch.autograd.Function):
@@ -300,16 +300,7 @@ class DIFFormerConv(nn.Module):
             self.out.reset_parameters()
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, batch: Tensor | None = None) -> Tensor:
-        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.channels:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise InputError(f"x must have shape (N, {self.channels}), got {shape}")
-        check_inputs(x, self.channels, edge_index, batch, self.use_graph, finite=False)
-        n = x.shape[0]
-        if self.use_graph and edge_index is None:
-            raise ValueError(
-                "use_graph=True needs edge_index (or a gcn_adjacency matrix); "
-                "pass the edges or build the layer with use_graph=False"
-            )
+        n = check_inputs(x, self.channels, edge_index, batch, self.use_graph, finite=False)  # x, edges (if needed), batch
         if self.kernel == "simple" and self.qk_norm == "global" and n > 0:
             # fast path: the projection folded into the kernel, q/k/v never formed
             out = _folded_simple_attention(x, self.qkv.weight, self.qkv.bias, self.heads, batch)  # (N, C)

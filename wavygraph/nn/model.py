@@ -196,15 +196,9 @@ class WavyDIFFormer(nn.Module):
         batch: Tensor | None = None,
         return_hidden: bool = False,
     ):
-        if not isinstance(x, Tensor) or x.dim() != 2 or x.shape[1] != self.in_channels:
-            shape = tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__
-            raise InputError(f"x must have shape (N, {self.in_channels}), got {shape}")
-        check_inputs(x, self.in_channels, edge_index, batch, self.use_graph)
-        n = x.shape[0]
+        n = check_inputs(x, self.in_channels, edge_index, batch, self.use_graph)  # x, edges (if needed), batch
         adj = None
         if self.use_graph:
-            if edge_index is None:
-                raise ValueError("use_graph=True needs edge_index; pass the edges or set use_graph=False")
             adj = edge_index if edge_index.layout != torch.strided else gcn_adjacency(edge_index, n, x.dtype)
 
         h = F.relu(self.input_norm(self.input(x)))  # (N, C)
