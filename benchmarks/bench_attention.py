@@ -3,8 +3,9 @@
 with equal channels and heads.
 
 Times: same process, the modules called in turn, median of ``--reps``.
-Peak memory: one call in a fresh subprocess per module (process peak RSS
-above the baseline on CPU, ``torch.cuda.max_memory_allocated`` on CUDA).
+Peak memory: on CPU one call in a fresh subprocess per module (process peak
+RSS above the baseline); on CUDA ``torch.cuda.max_memory_allocated`` above
+the baseline, in this process.
 
     python -m benchmarks.bench_attention --sizes 169343 --channels 64 --heads 1
     python -m benchmarks.bench_attention            # the full grid (slow on CPU)
@@ -129,6 +130,12 @@ def main() -> None:
                 mem = {}
                 if not args.no_memory:
                     for i in impls:
+                        if args.device.startswith("cuda"):  # the allocator's own peak: exact in this process
+                            step = make_step(i, n, c, h, args.device, args.amp)
+                            step()
+                            mem[i] = measure_peak(step, args.device)
+                            del step
+                            continue
                         extra = ["--amp"] if args.amp else []
                         if args.threads:
                             extra += ["--threads", str(args.threads)]
@@ -138,7 +145,7 @@ def main() -> None:
                 if "wavygraph" in times:
                     ours_times[(c, h, n)] = times["wavygraph"]
                 row = f"| {n} | {c} | {h} | "
-                row += " | ".join(f"{times[i]:.3f}" if i in times else "-" for i in args.impls)
+                row += " | ".join(f"{times[i]:.4g}" if i in times else "-" for i in args.impls)
                 row += " | " + " | ".join(fmt_mb(mem[i]) if i in mem else "-" for i in args.impls) + " |"
                 for p in peers:
                     t = f"{times[p] / times['wavygraph']:.2f}x" if p in times and "wavygraph" in times else "-"
@@ -148,14 +155,10 @@ def main() -> None:
     # fitted log-log slope of wavygraph's time vs N (N >= 50k)
     for c in args.channels:
         for h in args.heads:
-            pts = [(math.log(n), math.log(t)) for (cc, hh, n), t in ours_times.items() if cc == c and hh == h and n >= 50_000]
+            pts = {n: t for (cc, hh, n), t in ours_times.items() if cc == c and hh == h and n >= 50_000}
             if len(pts) >= 2:
-                mx = sum(p[0] for p in pts) / len(pts)
-                my = sum(p[1] for p in pts) / len(pts)
-                slope = sum((a - mx) * (b - my) for a, b in pts) / sum((a - mx) ** 2 for a, _ in pts)
-                print(f"wavygraph log-log slope of time vs N (C={c}, H={h}, N={min(n for (cc, hh, n) in ours_times if cc == c and hh == h and n >= 50_000)}.."
-                      f"{max(n for (cc, hh, n) in ours_times if cc == c and hh == h)}): {slope:.3f}")
-
+                print(f"wavygraph log-log slope of time vs N (C={c}, H={h}, N={min(pts)}..{max(pts)}): "
+                      f"{fit_slope(pts):.3f}")
 
 if __name__ == "__main__":
     main()

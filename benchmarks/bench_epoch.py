@@ -5,13 +5,20 @@
 
 An epoch is: forward on the whole graph, cross-entropy on the training
 nodes, backward, one Adam step. Times: same process, the models called in
-turn, median of ``--reps``. Peak memory: one epoch in a fresh subprocess per
-model (resident high-water mark above the baseline on CPU,
-``torch.cuda.max_memory_allocated`` on CUDA).
+turn, median of ``--reps``. Peak memory: on CPU one epoch in a fresh
+subprocess per model (resident high-water mark above the baseline); on CUDA
+``torch.cuda.max_memory_allocated`` above the baseline, in this process.
 
     python -m benchmarks.bench_epoch --reps 5
     python -m benchmarks.bench_epoch --residuals diffusion light_wave --no-memory
     python -m benchmarks.bench_epoch --residuals diffusion light_wave --no-sgformer --compile
+    python -m benchmarks.bench_epoch --residuals diffusion light_wave --step-impl eager compile --no-sgformer
+
+``--step-impl`` picks how each layer's residual step and joint LayerNorm run
+(``WavyDIFFormer(step_impl=...)``: ``auto``, ``compile`` or ``eager``); with
+several, every residual kind runs with each, and the overheads are printed
+against diffusion with the same step and against diffusion with eager ops
+(DIFFormer's own). A compiling epoch is the warm-up, not timed.
 """
 from __future__ import annotations
 
@@ -20,6 +27,8 @@ import json
 
 import torch
 import torch.nn.functional as F
+
+from wavygraph.nn.fused import STEP_IMPLS
 
 from benchmarks._common import fmt_mb, in_subprocess, machine_line, measure_peak, time_alternating
 
@@ -33,7 +42,7 @@ def load_graph(num_nodes: int | None, device: str):
     return data.to(device)
 
 
-def build(impl: str, data, args):
+def build(impl: str, data, args, step_impl: str = "auto"):
     from torch_geometric.nn.models import SGFormer
 
     from wavygraph.nn import WavyDIFFormer
@@ -51,7 +60,7 @@ def build(impl: str, data, args):
             return model(data.x, graph, one)
     else:
         model = WavyDIFFormer(f, args.hidden, c, num_layers=args.layers, residual=impl, heads=args.heads,
-                              dropout=args.dropout, use_graph=True)
+                              dropout=args.dropout, use_graph=True, step_impl=step_impl)
         graph = gcn_adjacency(data.edge_index, data.num_nodes)  # built once, as a training loop does
         run = torch.compile(model) if args.compile else model
 
@@ -72,7 +81,7 @@ def build(impl: str, data, args):
 
 def child(args) -> None:
     data = load_graph(args.num_nodes, args.device)
-    epoch = build(args.impl, data, args)
+    epoch = build(args.impl, data, args, args.step_impl[0])
     epoch()  # first epoch: Adam state, thread pools; not the steady-state peak
     print(json.dumps({"peak": measure_peak(epoch, args.device)}))
 
@@ -93,6 +102,8 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the WavyDIFFormer models (default backend); the first, compiling "
                          "epoch is the warm-up and not timed")
+    ap.add_argument("--step-impl", nargs="+", default=["auto"], choices=STEP_IMPLS,
+                    help="WavyDIFFormer's step_impl; several: each residual kind with each (default: auto)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--impl", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -102,34 +113,49 @@ def main() -> None:
         return child(args)
 
     data = load_graph(args.num_nodes, args.device)
-    impls = list(args.residuals) + ([] if args.no_sgformer else ["sgformer"])
+    steps = list(dict.fromkeys(args.step_impl))
+    # (label, model, step_impl); the label names the step only when there are several
+    runs = [(r if len(steps) == 1 else f"{r}/{s}", r, s) for s in steps for r in args.residuals]
+    runs += [] if args.no_sgformer else [("sgformer", "sgformer", steps[0])]
+    impls = [label for label, _, _ in runs]
     print(f"# bench_epoch: csbm 'arxiv' N={data.num_nodes}, E={data.edge_index.shape[1]}, F={data.num_features}, "
           f"{args.layers} layers, hidden {args.hidden}, heads {args.heads}, dropout {args.dropout}, "
+          f"step_impl {'/'.join(steps)}, "
           f"{'torch.compile, ' if args.compile else ''}"
           f"{machine_line(args.device)}, device {args.device}, median of {args.reps}")
-    fns = {i: build(i, data, args) for i in impls}
+    fns = {label: build(model, data, args, step) for label, model, step in runs}
     times = time_alternating(fns, args.reps, args.device)
     del fns
     mem = {}
     if not args.no_memory:
-        for i in impls:
+        for i, model, step in runs:
+            if args.device.startswith("cuda"):  # the allocator's own peak: exact in this process
+                epoch = build(model, data, args, step)
+                epoch()
+                mem[i] = measure_peak(epoch, args.device)
+                del epoch
+                continue
             extra = ["--threads", str(args.threads)] if args.threads else []
             if args.num_nodes:
                 extra += ["--num-nodes", str(args.num_nodes)]
             mem[i] = in_subprocess("benchmarks.bench_epoch", [
-                "--child", "--impl", i, "--layers", str(args.layers), "--hidden", str(args.hidden),
+                "--child", "--impl", model, "--step-impl", step, "--layers", str(args.layers), "--hidden", str(args.hidden),
                 "--heads", str(args.heads), "--dropout", str(args.dropout), "--device", args.device, *extra,
                 *(["--compile"] if args.compile else [])])["peak"]
-    base = "diffusion" if "diffusion" in times else impls[0]
+    base = impls[0]
     print(f"| model | s/epoch | time / {base} | peak MB | mem / {base} |")
     print("|---|---|---|---|---|")
     for i in impls:
         name = f"WavyDIFFormer {i}" if i != "sgformer" else "PyG SGFormer"
         m = f"{fmt_mb(mem[i])} | {mem[i] / mem[base]:.2f}x" if i in mem else "- | -"
-        print(f"| {name} | {times[i]:.3f} | {times[i] / times[base]:.3f}x | {m} |")
-    for i in impls:
-        if i != base:
-            print(f"# {i} overhead vs {base}: {100 * (times[i] / times[base] - 1):+.1f}% time")
+        print(f"| {name} | {times[i]:.4g} | {times[i] / times[base]:.3f}x | {m} |")
+    for label, model, step in runs:
+        bases = [f"diffusion/{step}" if len(steps) > 1 else "diffusion"]
+        if len(steps) > 1 and "eager" in steps and step != "eager":
+            bases.append("diffusion/eager")
+        for b in bases:
+            if label != b and b in times:
+                print(f"# {label} overhead vs {b}: {100 * (times[label] / times[b] - 1):+.1f}% time")
 
 
 if __name__ == "__main__":

@@ -23,8 +23,8 @@ from omegaconf.errors import OmegaConfBaseException
 from wavygraph.nn.functional import KERNELS, QK_NORMS
 from wavygraph.nn.joint import ACTIVATIONS
 from wavygraph.data.csbm import CSBM_PRESETS
-from wavygraph.nn import model as _model
-from wavygraph.nn.model import MOMENTUM_NORMS
+from wavygraph.nn.fused import STEP_IMPLS
+from wavygraph.nn.model import FORCE_SCALES, MOMENTUM_NORMS, NORMS
 from wavygraph.nn.steppers import STEPPERS
 
 
@@ -80,6 +80,7 @@ class ModelConfig:
     force_scale: str = "fixed"
     norm: str = "layer"
     featscale: bool = False
+    step_impl: str = "auto"  # "auto", "compile" or "eager": how the step + LayerNorm run (same results)
 
 
 @dataclass
@@ -137,16 +138,15 @@ def _check(cfg: DictConfig) -> None:
     choice("model.qk_norm", m.qk_norm, QK_NORMS)
     choice("model.ffn_activation", m.ffn_activation, ACTIVATIONS)
     choice("model.momentum_norm", m.momentum_norm, MOMENTUM_NORMS)
-    choice("model.force_scale", m.force_scale, tuple(getattr(_model, "FORCE_SCALES", ("fixed",))))
-    choice("model.norm", m.norm, tuple(getattr(_model, "NORMS", ("layer",))))
+    choice("model.force_scale", m.force_scale, FORCE_SCALES)
+    choice("model.norm", m.norm, tuple(NORMS))
+    choice("model.step_impl", m.step_impl, STEP_IMPLS)
     choice("data.csbm.preset", cfg.data.csbm.preset, tuple(CSBM_PRESETS))
     for key in ("num_layers", "hidden_channels", "heads"):
         positive(f"model.{key}", m[key])
     positive("model.tau", m.tau)
     if not 0.0 <= m.dropout < 1.0:
         raise ConfigError(f"model.dropout={m.dropout!r} must lie in [0, 1)")
-    if m.layer_dropout is not None and not 0.0 <= m.layer_dropout < 1.0:
-        raise ConfigError(f"model.layer_dropout={m.layer_dropout!r} must lie in [0, 1) or be null")
     if m.layer_dropout is not None and not 0.0 <= m.layer_dropout < 1.0:
         raise ConfigError(f"model.layer_dropout={m.layer_dropout!r} must lie in [0, 1) or be null")
     if m.graph_weight is not None and not 0.0 <= m.graph_weight <= 1.0:

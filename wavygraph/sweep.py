@@ -51,10 +51,10 @@ from omegaconf import DictConfig, OmegaConf
 
 SWEEP_KEYS = ("base", "grid", "set", "out_dir")
 #: Config keys left out of a cell's hash: they do not change its result
-#: (beyond the rounding of float sums, for the device and thread count).
+#: (beyond the rounding of float sums, for the device, thread count and step_impl).
 UNHASHED_KEYS = (
     "out_dir", "data.root", "train.device", "train.progress", "train.num_threads",
-    "train.checkpoint_every", "train.resume", "train.dist_backend",
+    "train.checkpoint_every", "train.resume", "train.dist_backend", "model.step_impl",
 )
 #: Options added to the config after sweep folders existed, with the value
 #: that reproduces the behaviour from before: left out of the hash while

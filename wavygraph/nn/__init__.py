@@ -1,6 +1,6 @@
 """PyG-style modules: all-pair attention, residual steppers, joint
 (state, velocity) LayerNorm and FFN, and the WavyDIFFormer model."""
-from . import functional
+from . import functional, fused
 from .conv import DIFFormerConv
 from .graph import gcn_adjacency
 from .joint import JointFFN, JointLayerNorm
@@ -18,6 +18,7 @@ from .steppers import (
 
 __all__ = [
     "functional",
+    "fused",
     "DIFFormerConv",
     "gcn_adjacency",
     "JointFFN",

@@ -53,13 +53,22 @@ class JointLayerNorm(nn.Module):
         if v is None:
             return F.layer_norm(x, (self.channels,), self.weight, self.bias, self.eps), None
         if x.dtype != v.dtype or x.dtype != self.weight.dtype or torch.is_autocast_enabled(x.device.type):
-            x_out = F.layer_norm(x, (self.channels,), self.weight, self.bias, self.eps)
-            var = x.var(dim=-1, unbiased=False, keepdim=True)  # (N, 1)
-            return x_out, self.weight * v * torch.rsqrt(var + self.eps)
+            return joint_layer_norm(x, v, self.weight, self.bias, self.eps)
         return _JointLayerNormFn.apply(x, v, self.weight, self.bias, self.eps)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, eps={self.eps})"
+
+
+def joint_layer_norm(x: Tensor, v: Tensor | None, weight: Tensor, bias: Tensor, eps: float):
+    """:class:`JointLayerNorm` as plain tensor ops (autograd differentiates
+    them, ``torch.compile`` traces them); used under autocast, for mixed
+    dtypes and inside :mod:`wavygraph.nn.fused`."""
+    x_out = F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+    if v is None:
+        return x_out, None
+    var = x.var(dim=-1, unbiased=False, keepdim=True)  # (N, 1)
+    return x_out, weight * v * torch.rsqrt(var + eps)
 
 
 class _JointLayerNormFn(torch.autograd.Function):

@@ -8,7 +8,8 @@ from torch import Tensor, nn
 from .conv import DIFFormerConv
 from .featscale import FeatScale
 from .graph import gcn_adjacency
-from .joint import JointFFN, JointIdentity, JointLayerNorm, JointPairNorm, light_wave_joint_layer_norm
+from .fused import STEP_IMPLS, step_and_norm
+from .joint import JointFFN, JointIdentity, JointLayerNorm, JointPairNorm
 from .steppers import STEPPERS, StepState, make_stepper
 from .validate import InputError, check_choice, check_inputs
 
@@ -84,6 +85,13 @@ class WavyDIFFormer(nn.Module):
             parts of each layer's attention output with
             :class:`~wavygraph.nn.featscale.FeatScale` before the force is
             formed. (default: :obj:`False`)
+        step_impl (str, optional): how each layer's step and joint LayerNorm
+            run (``norm="layer"``): ``"auto"`` compiles them into fused
+            kernels with ``torch.compile`` for states of at least
+            :data:`~wavygraph.nn.fused.AUTO_MIN_NUMEL` entries and falls back
+            to eager ops if compiling fails, ``"compile"`` always compiles,
+            ``"eager"`` never does. Same results to float rounding; see
+            :mod:`wavygraph.nn.fused`. (default: ``"auto"``)
 
     Shapes:
         - **input:** x ``(N, in_channels)``, edge_index ``(2, E)``,
@@ -115,6 +123,7 @@ class WavyDIFFormer(nn.Module):
         force_scale: str = "fixed",
         norm: str = "layer",
         featscale: bool = False,
+        step_impl: str = "auto",
     ):
         super().__init__()
         for name, value in (
@@ -129,6 +138,7 @@ class WavyDIFFormer(nn.Module):
         check_choice("momentum_norm", momentum_norm, MOMENTUM_NORMS)
         check_choice("force_scale", force_scale, FORCE_SCALES)
         check_choice("norm", norm, NORMS)
+        check_choice("step_impl", step_impl, STEP_IMPLS)
         for name, value in (("dropout", dropout), ("layer_dropout", layer_dropout)):
             if value is not None and not 0.0 <= value < 1.0:
                 raise InputError(f"{name} must lie in [0, 1), got {value!r}")
@@ -143,6 +153,7 @@ class WavyDIFFormer(nn.Module):
         self.momentum_norm = momentum_norm
         self.force_scale = force_scale
         self.norm = norm
+        self.step_impl = step_impl
 
         self.input = nn.Linear(in_channels, hidden_channels)
         self.input_norm = nn.LayerNorm(hidden_channels)
@@ -205,7 +216,7 @@ class WavyDIFFormer(nn.Module):
         h = F.dropout(h, self.dropout, self.training)
         state = self.steppers[0].init(h)
         momentum_from_state = self.residual == "light_wave" and self.momentum_norm == "state"
-        fused_step_norm = self.residual == "light_wave" and not momentum_from_state and self.norm == "layer"
+        fused_step_norm = self.norm == "layer" and not momentum_from_state
         hidden = [h]
         for i in range(self.num_layers):
             ax = self.convs[i](state.x, adj, batch)  # A x, (N, C)
@@ -215,8 +226,8 @@ class WavyDIFFormer(nn.Module):
             if self.alpha is not None:
                 force = self.alpha[i] * force
             prev_x = state.x
-            if fused_step_norm:  # the same step and joint LayerNorm in one function (fewer passes over (N, C))
-                state = StepState(*light_wave_joint_layer_norm(state, force, self.steppers[i], self.norms[i]))
+            if fused_step_norm:  # the same step and joint LayerNorm, fused (fewer passes over (N, C))
+                state = step_and_norm(self.steppers[i], self.norms[i], state, force, self.step_impl)
             else:
                 state = self.steppers[i](state, force)
                 if momentum_from_state:  # the displacement is recomputed below: no velocity through norm and FFN

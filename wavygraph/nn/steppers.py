@@ -76,8 +76,21 @@ class Stepper(nn.Module):
         """The state at depth 0: ``x`` at rest (zero velocity)."""
         return StepState(x, torch.zeros_like(x) if self.second_order else None)
 
-    def forward(self, state: StepState, force: Tensor) -> StepState:  # pragma: no cover
+    @staticmethod
+    def update(x: Tensor, v: Tensor | None, force: Tensor, tau: float, lam: Tensor | None):  # pragma: no cover
+        """One step as a pure function of tensors: ``(x', v')`` from
+        ``(x, v)``, the force, the step size and (for the kinds with a
+        mixing weight) ``lam``, shape ``(C,)`` in the force's dtype. The
+        module's :meth:`forward` and the compiled step-and-norm
+        (:mod:`wavygraph.nn.fused`) both call it."""
         raise NotImplementedError
+
+    def lam_or_none(self, dtype: torch.dtype) -> Tensor | None:
+        """``lam`` in ``dtype`` for the kinds that have one, else :obj:`None`."""
+        return None
+
+    def forward(self, state: StepState, force: Tensor) -> StepState:
+        return StepState(*self.update(state.x, state.v, force, self.tau, self.lam_or_none(force.dtype)))
 
     def integrate(self, x0: Tensor, force_fn: Callable[[Tensor], Tensor], num_steps: int) -> list[StepState]:
         """Run ``num_steps`` steps from ``init(x0)``; returns all states,
@@ -113,6 +126,9 @@ class _LearnableLam(Stepper):
     def lam(self) -> Tensor:
         return torch.sigmoid(self.theta)  # (C,)
 
+    def lam_or_none(self, dtype: torch.dtype) -> Tensor:
+        return self.lam.to(dtype)
+
     def extra_repr_args(self) -> str:
         return f", lam0={self.lam0:g}"
 
@@ -126,8 +142,9 @@ class DiffusionStepper(Stepper):
         - **output:** state ``x (N, C)``
     """
 
-    def forward(self, state: StepState, force: Tensor) -> StepState:
-        return StepState(state.x + self.tau * force, None)
+    @staticmethod
+    def update(x, v, force, tau, lam):
+        return x + tau * force, None
 
 
 class WaveStepper(Stepper):
@@ -143,9 +160,10 @@ class WaveStepper(Stepper):
 
     second_order = True
 
-    def forward(self, state: StepState, force: Tensor) -> StepState:
-        v = state.v + self.tau * force
-        return StepState(state.x + self.tau * v, v)
+    @staticmethod
+    def update(x, v, force, tau, lam):
+        v = v + tau * force
+        return x + tau * v, v
 
 
 class MixStepper(_LearnableLam):
@@ -161,11 +179,10 @@ class MixStepper(_LearnableLam):
 
     second_order = True
 
-    def forward(self, state: StepState, force: Tensor) -> StepState:
-        lam = self.lam.to(force.dtype)
-        v = state.v + self.tau * force
-        x = lam * (state.x + self.tau * v) + (1.0 - lam) * (state.x + self.tau * force)
-        return StepState(x, v)
+    @staticmethod
+    def update(x, v, force, tau, lam):
+        v = v + tau * force
+        return lam * (x + tau * v) + (1.0 - lam) * (x + tau * force), v
 
 
 class LightWaveStepper(_LearnableLam):
@@ -188,9 +205,10 @@ class LightWaveStepper(_LearnableLam):
     second_order = True
     default_lam0 = 1.0 / (1.0 + math.exp(-2.0))
 
-    def forward(self, state: StepState, force: Tensor) -> StepState:
-        d = (self.tau * force).addcmul_(self.lam.to(force.dtype), state.v)  # tau F + lam D, one buffer
-        return StepState(state.x + d, d)
+    @staticmethod
+    def update(x, d, force, tau, lam):
+        d = (tau * force).addcmul_(lam, d)  # tau F + lam D, one buffer
+        return x + d, d
 
 
 STEPPERS: dict[str, type[Stepper]] = {
