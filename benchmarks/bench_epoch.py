@@ -15,7 +15,7 @@ subprocess per model (resident high-water mark above the baseline); on CUDA
     python -m benchmarks.bench_epoch --residuals diffusion light_wave --step-impl eager compile --no-sgformer
 
 ``--step-impl`` picks how each layer's residual step and joint LayerNorm run
-(``WavyDIFFormer(step_impl=...)``: ``auto``, ``compile`` or ``eager``); with
+(``WavyDIFFormer(step_impl=...)``: ``eager`` or ``compile``); with
 several, every residual kind runs with each, and the overheads are printed
 against diffusion with the same step and against diffusion with eager ops
 (DIFFormer's own). A compiling epoch is the warm-up, not timed.
@@ -42,7 +42,7 @@ def load_graph(num_nodes: int | None, device: str):
     return data.to(device)
 
 
-def build(impl: str, data, args, step_impl: str = "auto"):
+def build(impl: str, data, args, step_impl: str = "eager"):
     from torch_geometric.nn.models import SGFormer
 
     from wavygraph.nn import WavyDIFFormer
@@ -102,8 +102,8 @@ def main() -> None:
     ap.add_argument("--compile", action="store_true",
                     help="torch.compile the WavyDIFFormer models (default backend); the first, compiling "
                          "epoch is the warm-up and not timed")
-    ap.add_argument("--step-impl", nargs="+", default=["auto"], choices=STEP_IMPLS,
-                    help="WavyDIFFormer's step_impl; several: each residual kind with each (default: auto)")
+    ap.add_argument("--step-impl", nargs="+", default=["eager"], choices=STEP_IMPLS,
+                    help="WavyDIFFormer's step_impl; several: each residual kind with each (default: eager)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--impl", help=argparse.SUPPRESS)
     args = ap.parse_args()

@@ -32,6 +32,7 @@ def test_precedence_defaults_yaml_overrides(tmp_path):
         (["model.use_graph=maybe"], "model.use_graph"),
         (["model.residual=bad"], "model.residual"),
         (["model.kernel=cosine"], "model.kernel"),
+        (["model.step_impl=triton"], "model.step_impl"),
         (["model.dropout=1.5"], "model.dropout"),
         (["train.epochs=0"], "train.epochs"),
         (["train.lr=-1"], "train.lr"),

@@ -19,8 +19,11 @@ def no_tf32():
 
 
 def rel(a, b):
+    """||a - b|| / ||b||; the absolute error where b is exactly 0 (the first
+    light_wave layer's lam gets no gradient: its displacement starts at 0)."""
     a, b = a.detach().double().cpu(), b.detach().double().cpu()
-    return ((a - b).norm() / b.norm()).item()
+    scale = b.norm().item()
+    return (a - b).norm().item() / (scale if scale > 0 else 1.0)
 
 
 def graph(n=2000, f=16, m=8000, seed=0):

@@ -80,7 +80,7 @@ class ModelConfig:
     force_scale: str = "fixed"
     norm: str = "layer"
     featscale: bool = False
-    step_impl: str = "auto"  # "auto", "compile" or "eager": how the step + LayerNorm run (same results)
+    step_impl: str = "eager"  # or "compile": torch.compile the step + LayerNorm (same results)
 
 
 @dataclass

@@ -94,20 +94,26 @@ def test_segments_products():
     torch.testing.assert_close(prod, torch.einsum("nc,nce->ne", x, mats[batch]))
 
 
-def test_buckets_many_sizes_unsorted_and_empty_graph():
+@pytest.mark.parametrize("per_octave", [8, 1])  # CPU's fine buckets; accelerators' powers of two
+def test_buckets_many_sizes_unsorted_and_empty_graph(per_octave, monkeypatch):
     """Graph sizes over many buckets, nodes in any order, a graph index with
     no nodes: outputs and gradients equal those of each graph alone."""
+    from wavygraph.nn import functional
     from wavygraph.nn.functional import Buckets, _bucket_rows
 
+    monkeypatch.setitem(functional.BUCKETS_PER_OCTAVE, "cpu", per_octave)
     torch.manual_seed(0)
     sizes = [1, 7, 8, 9, 64, 65, 130, 257, 3, 40]
     batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
     batch = torch.where(batch >= 4, batch + 1, batch)  # graph 4 has no nodes
     batch = batch[torch.randperm(batch.numel())]
-    rows = _bucket_rows(torch.tensor(sizes))
-    assert bool((rows >= torch.tensor(sizes)).all()) and bool((rows - torch.tensor(sizes) <= torch.tensor(sizes) // 8 + 7).all())
+    n = torch.tensor(sizes)
+    rows = _bucket_rows(n, per_octave)
+    assert bool((rows >= n).all()) and bool((rows - n <= n // per_octave + 7).all())
+    if per_octave == 1:
+        assert rows.tolist() == [8, 8, 8, 16, 64, 128, 256, 512, 8, 64]
     lay = Buckets(batch)
-    assert lay.num_graphs == len(sizes) + 1 and len(lay.buckets) > 5
+    assert lay.num_graphs == len(sizes) + 1 and len(lay.buckets) == len(set(rows.tolist())) + 1  # + the empty graph
     conv = DIFFormerConv(5, heads=2, use_graph=False).double()
     x = torch.randn(batch.numel(), 5, dtype=torch.float64, requires_grad=True)
     out = conv(x, batch=batch)

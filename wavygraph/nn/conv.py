@@ -56,8 +56,13 @@ class _RatioMean(torch.autograd.Function):
         return torch.cat([dnum.flatten(1), dden], dim=1), None, None
 
 
-#: Rows per block of :class:`_BlockedRatioMean`.
+#: Rows per block of :class:`_BlockedRatioMean` on CPU; on accelerators the
+#: whole graph is one block (blocks there only add kernel launches).
 BLOCK_ROWS = 8192
+
+
+def _block_rows(x: Tensor) -> int:
+    return BLOCK_ROWS if x.device.type == "cpu" else max(x.shape[0], 1)
 
 
 class _BlockedRatioMean(torch.autograd.Function):
@@ -77,8 +82,9 @@ class _BlockedRatioMean(torch.autograd.Function):
         out = x.new_empty((n, dv))
         den_all = x.new_empty((n, heads))
         active = torch.empty((n, heads), dtype=torch.bool, device=x.device)
-        for r0 in range(0, n, BLOCK_ROWS):
-            r1 = min(n, r0 + BLOCK_ROWS)
+        rows = _block_rows(x)
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
             p = torch.addmm(c, x[r0:r1], m)  # (b, H Dv + H)
             den_raw = p[:, n_out:]
             torch.gt(den_raw, floor, out=active[r0:r1])
@@ -103,8 +109,9 @@ class _BlockedRatioMean(torch.autograd.Function):
         dx = torch.empty_like(x) if ctx.needs_input_grad[0] else None
         dm = torch.zeros_like(m)
         dc = torch.zeros_like(c)
-        for r0 in range(0, n, BLOCK_ROWS):
-            r1 = min(n, r0 + BLOCK_ROWS)
+        rows = _block_rows(x)
+        for r0 in range(0, n, rows):
+            r1 = min(n, r0 + rows)
             b = r1 - r0
             xb = x[r0:r1]
             den = den_all[r0:r1]  # (b, H)

@@ -254,20 +254,34 @@ class Segments:
         return out.index_add(0, self.batch, x)
 
 
-def _bucket_rows(counts: Tensor) -> Tensor:
+#: Bucket sizes per doubling of the graph size in :class:`Buckets`, by device
+#: type; other devices take :data:`DEFAULT_BUCKETS_PER_OCTAVE`. On CPU fine
+#: buckets (little padding: the work is the rows); on accelerators coarse ones
+#: (powers of two): each bucket costs several kernel launches, and padded
+#: rows are nearly free there.
+BUCKETS_PER_OCTAVE = {"cpu": 8}
+DEFAULT_BUCKETS_PER_OCTAVE = 1
+
+
+def _bucket_rows(counts: Tensor, per_octave: int = 8) -> Tensor:
     """Rows each graph gets in :class:`Buckets`: its node count rounded up to
-    a multiple of ``max(8, 2^(floor(log2 n) - 3))``, so at most 1/8 (and
-    fewer than 8 rows) of padding per graph and about 8 sizes per octave."""
+    a multiple of ``max(8, 2^(floor(log2 n) - log2(per_octave)))``, so at
+    most ``1/per_octave`` (and fewer than 8 rows) of padding per graph and
+    about ``per_octave`` sizes per octave. ``per_octave`` is a power of two."""
+    shift = int(per_octave).bit_length() - 1
+    if per_octave < 1 or 1 << shift != per_octave:
+        raise ValueError(f"per_octave must be a power of two, got {per_octave!r}")
     c = counts.clamp_min(1)
-    gran = torch.exp2((torch.log2(c.double()).floor() - 3).clamp_min(3)).long()  # (B,)
+    gran = torch.exp2((torch.log2(c.double()).floor() - shift).clamp_min(3)).long()  # (B,)
     return torch.where(counts > 0, (counts + gran - 1) // gran * gran, torch.zeros_like(counts))
 
 
 class Buckets:
     """Graphs of a batch grouped into buckets of equal padded size.
 
-    Every graph is padded to :func:`_bucket_rows` of its size (at most 1/8
-    more rows, never to the largest graph) and graphs with the same padded
+    Every graph is padded to :func:`_bucket_rows` of its size (on CPU at
+    most 1/8 more rows, on accelerators the next power of two; never to the
+    largest graph) and graphs with the same padded
     size ``s`` form one bucket, a contiguous ``(graphs, s, C)`` block of the
     padded buffer. Per-graph products are then one batched matmul per bucket
     (a few dozen buckets for sizes spanning two orders of magnitude), with
@@ -280,12 +294,16 @@ class Buckets:
         batch (torch.Tensor): graph index of every node ``(N,)``, any order.
         num_graphs (int, optional): number of graphs ``B``; :obj:`None` takes
             ``batch.max() + 1``.
+        per_octave (int, optional): bucket sizes per doubling of the graph
+            size; :obj:`None` takes :data:`BUCKETS_PER_OCTAVE` of the device.
     """
 
-    def __init__(self, batch: Tensor, num_graphs: int | None = None):
+    def __init__(self, batch: Tensor, num_graphs: int | None = None, per_octave: int | None = None):
         batch, num_graphs, counts = _graph_counts(batch, num_graphs)
         device = batch.device
-        rows = _bucket_rows(counts)  # (B,)
+        if per_octave is None:
+            per_octave = BUCKETS_PER_OCTAVE.get(device.type, DEFAULT_BUCKETS_PER_OCTAVE)
+        rows = _bucket_rows(counts, per_octave)  # (B,)
         slot_graph = torch.argsort(rows, stable=True)  # (B,) graph of every slot
         slot = torch.empty_like(slot_graph)
         slot[slot_graph] = torch.arange(num_graphs, device=device)  # slot of every graph

@@ -86,12 +86,9 @@ class WavyDIFFormer(nn.Module):
             :class:`~wavygraph.nn.featscale.FeatScale` before the force is
             formed. (default: :obj:`False`)
         step_impl (str, optional): how each layer's step and joint LayerNorm
-            run (``norm="layer"``): ``"auto"`` compiles them into fused
-            kernels with ``torch.compile`` for states of at least
-            :data:`~wavygraph.nn.fused.AUTO_MIN_NUMEL` entries and falls back
-            to eager ops if compiling fails, ``"compile"`` always compiles,
-            ``"eager"`` never does. Same results to float rounding; see
-            :mod:`wavygraph.nn.fused`. (default: ``"auto"``)
+            run (``norm="layer"``): ``"eager"`` or ``"compile"`` (fused
+            kernels by ``torch.compile``; same results to float rounding,
+            see :mod:`wavygraph.nn.fused`). (default: ``"eager"``)
 
     Shapes:
         - **input:** x ``(N, in_channels)``, edge_index ``(2, E)``,
@@ -123,7 +120,7 @@ class WavyDIFFormer(nn.Module):
         force_scale: str = "fixed",
         norm: str = "layer",
         featscale: bool = False,
-        step_impl: str = "auto",
+        step_impl: str = "eager",
     ):
         super().__init__()
         for name, value in (
