@@ -10,8 +10,9 @@ PY=${PY:-python3}
 mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv | tee "$OUT/gpu.txt"
 $PY -c "import torch, torch_geometric; print('torch', torch.__version__, 'pyg', torch_geometric.__version__)" | tee -a "$OUT/gpu.txt"
-timeout 170 $PY -m pytest -q -p no:cacheprovider tests/test_cuda.py 2>&1 | tail -25 | tee "$OUT/tests.txt"
-timeout 150 $PY -m benchmarks.bench_attention --device cuda --sizes 10000 50000 169343 500000 1000000 \
+timeout 120 $PY -m benchmarks.bench_attention --device cuda --sizes 10000 50000 169343 500000 1000000 \
     --channels 64 128 --heads 1 4 --reps 10 2>&1 | tee "$OUT/attention.txt"
+timeout 40 $PY -m benchmarks.bench_batched --device cuda --reps 10 2>&1 | tee "$OUT/batched.txt"
 timeout 150 $PY -m benchmarks.bench_epoch --device cuda --step-impl eager compile --reps 10 2>&1 | tee "$OUT/epoch.txt"
-timeout 60 $PY -m benchmarks.bench_batched --device cuda --reps 10 2>&1 | tee "$OUT/batched.txt"
+timeout 150 $PY -m pytest -q --tb=short -p no:cacheprovider -o log_level=WARNING tests/test_cuda.py > "$OUT/tests.txt" 2>&1
+grep -E "passed|failed|Error|assert" "$OUT/tests.txt" | tail -20
