@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One prepared GPU check: the CUDA tests, then the three benchmarks on the GPU.
+# One prepared GPU check: the three benchmarks on the GPU, then the CUDA tests.
 # Logs go to $OUT (default gpu_out/). Each step has its own time limit, so one
 # slow step cannot eat the others.
 #   OUT=gpu_out bash benchmarks/run_gpu.sh
