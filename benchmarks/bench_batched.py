@@ -80,7 +80,7 @@ def main() -> None:
     print("| method | s | time / wavygraph |")
     print("|---|---|---|")
     for name, s in t.items():
-        print(f"| {name} | {s:.3f} | {s / base:.2f}x |")
+        print(f"| {name} | {s:.4g} | {s / base:.2f}x |")
 
 
 if __name__ == "__main__":

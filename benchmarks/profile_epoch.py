@@ -14,6 +14,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks._common import machine_line, sync, time_alternating
 from benchmarks.bench_epoch import build, load_graph
+from wavygraph.nn.fused import STEP_IMPLS
 
 
 def self_times(epoch, device: str, reps: int) -> dict:
@@ -38,20 +39,23 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=12)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--step-impl", default="eager", choices=STEP_IMPLS, help="WavyDIFFormer's step_impl")
+    ap.add_argument("--no-timing", action="store_true", help="only the profile, no plain timings")
     args = ap.parse_args()
     args.compile = False
     if args.threads:
         torch.set_num_threads(args.threads)
     data = load_graph(args.num_nodes, args.device)
     print(f"# profile_epoch: {machine_line(args.device)}, device {args.device}, {args.layers} layers, "
-          f"hidden {args.hidden}, dropout {args.dropout}, ms per epoch over {args.reps} epochs")
-    epochs = {r: build(r, data, args) for r in args.residuals}
+          f"hidden {args.hidden}, dropout {args.dropout}, step_impl {args.step_impl}, "
+          f"ms per epoch over {args.reps} epochs")
+    epochs = {r: build(r, data, args, args.step_impl) for r in args.residuals}
     for r in args.residuals:  # the light-wave step as the unfused composition, for comparison
-        if r == "light_wave":
+        if r == "light_wave" and args.step_impl == "eager" and not args.no_timing:
             from wavygraph.nn import fused
 
             fused_fn = fused.light_wave_joint_layer_norm
-            plain = build(r, data, args)
+            plain = build(r, data, args, args.step_impl)
 
             def composed(plain=plain):
                 fused.light_wave_joint_layer_norm = lambda state, force, stepper, norm: norm(*stepper(state, force))
@@ -61,9 +65,13 @@ def main() -> None:
                     fused.light_wave_joint_layer_norm = fused_fn
 
             epochs["light_wave (unfused step)"] = composed
-    times = time_alternating(epochs, max(args.reps, 5), args.device, warmup=2)
-    for name, t in times.items():
-        print(f"# {name}: {1e3 * t:.2f} ms/epoch ({100 * (t / times[args.residuals[0]] - 1):+.1f}% vs {args.residuals[0]})")
+    if args.no_timing:
+        for fn in epochs.values():  # warm-up (compiles, Adam state)
+            fn()
+    else:
+        times = time_alternating(epochs, max(args.reps, 5), args.device, warmup=2)
+        for name, t in times.items():
+            print(f"# {name}: {1e3 * t:.2f} ms/epoch ({100 * (t / times[args.residuals[0]] - 1):+.1f}% vs {args.residuals[0]})")
     base = args.residuals[0]
     prof = {r: self_times(epochs[r], args.device, args.reps) for r in args.residuals}
     for r in args.residuals[1:]:
