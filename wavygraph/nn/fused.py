@@ -62,7 +62,7 @@ def _compiled_for(kind: type[Stepper]):
 
 
 def _can_compile(impl: str, x: Tensor, v: Tensor | None, force: Tensor, norm: JointLayerNorm) -> bool:
-    if impl != "compile" or _is_compiling() or torch.is_autocast_enabled(x.device.type):
+    if impl != "compile" or torch.is_autocast_enabled(x.device.type):
         return False
     return len({t.dtype for t in (x, force, norm.weight) + (() if v is None else (v,))}) == 1
 
@@ -73,13 +73,12 @@ def step_and_norm(stepper: Stepper, norm: JointLayerNorm, state: StepState, forc
     a :class:`~wavygraph.nn.joint.JointLayerNorm`, compiled or eager as
     ``impl`` says (see the module docstring)."""
     x, v = state
-    if _can_compile(impl, x, v, force, norm):
-        lam = stepper.lam_or_none(force.dtype)
-        return StepState(*_compiled_for(type(stepper))(x, v, force, lam, norm.weight, norm.bias, stepper.tau, norm.eps))
-    if _is_compiling():
-        lam = stepper.lam_or_none(force.dtype)
-        return StepState(*_step_and_norm(type(stepper).update, x, v, force, lam, norm.weight, norm.bias,
-                                         stepper.tau, norm.eps))
+    outer = _is_compiling()
+    if outer or _can_compile(impl, x, v, force, norm):
+        args = (x, v, force, stepper.lam_or_none(force.dtype), norm.weight, norm.bias, stepper.tau, norm.eps)
+        if outer:  # an outer torch.compile traces the plain ops and fuses them itself
+            return StepState(*_step_and_norm(type(stepper).update, *args))
+        return StepState(*_compiled_for(type(stepper))(*args))
     if isinstance(stepper, LightWaveStepper):
         return StepState(*light_wave_joint_layer_norm(state, force, stepper, norm))
     return StepState(*norm(*stepper(state, force)))

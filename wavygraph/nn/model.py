@@ -213,7 +213,7 @@ class WavyDIFFormer(nn.Module):
         h = F.dropout(h, self.dropout, self.training)
         state = self.steppers[0].init(h)
         momentum_from_state = self.residual == "light_wave" and self.momentum_norm == "state"
-        fused_step_norm = self.norm == "layer" and not momentum_from_state
+        joint_step_norm = self.norm == "layer" and not momentum_from_state
         hidden = [h]
         for i in range(self.num_layers):
             ax = self.convs[i](state.x, adj, batch)  # A x, (N, C)
@@ -223,7 +223,7 @@ class WavyDIFFormer(nn.Module):
             if self.alpha is not None:
                 force = self.alpha[i] * force
             prev_x = state.x
-            if fused_step_norm:  # the same step and joint LayerNorm, fused (fewer passes over (N, C))
+            if joint_step_norm:  # light_wave's hand-fused function, or torch.compile'd (step_impl="compile")
                 state = step_and_norm(self.steppers[i], self.norms[i], state, force, self.step_impl)
             else:
                 state = self.steppers[i](state, force)
