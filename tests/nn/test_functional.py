@@ -134,7 +134,7 @@ def test_errors_name_the_problem():
         all_pair_attention(q, k, v, qk_norm="none")
     with pytest.raises(ValueError, match="q and k must have the same shape"):
         all_pair_attention(q, k[:, :, :2], v)
-    with pytest.raises(ValueError, match="batch must be a 1-D tensor"):
+    with pytest.raises(ValueError, match=r"batch must have shape \(5,\), one graph index per node"):
         all_pair_attention(q, k, v, batch=torch.zeros(4, dtype=torch.long))
     with pytest.raises(ValueError, match="integer"):
         all_pair_attention(q, k, v, batch=torch.zeros(5))

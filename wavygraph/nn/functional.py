@@ -28,7 +28,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 from torch.utils.checkpoint import checkpoint
 
-from .validate import check_choice
+from .validate import check_batch, check_choice
 
 KERNELS = ("simple", "sigmoid")
 QK_NORMS = ("global", "row", "none")
@@ -53,16 +53,7 @@ def _check_inputs(q: Tensor, k: Tensor, v: Tensor, batch: Tensor | None) -> None
             f"v must have shape (N, H, Dv) with the N and H of q {tuple(q.shape[:2])}, "
             f"got {tuple(v.shape)}"
         )
-    if batch is not None:
-        if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.numel() != q.shape[0]:
-            raise ValueError(
-                f"batch must be a 1-D tensor with one graph index per node ({q.shape[0]}), "
-                f"got {tuple(batch.shape) if isinstance(batch, Tensor) else type(batch).__name__}"
-            )
-        if batch.dtype.is_floating_point or batch.dtype == torch.bool or batch.is_complex():
-            raise ValueError(f"batch must hold integer graph indices, got dtype {batch.dtype}")
-        if batch.numel() > 0 and int(batch.min()) < 0:
-            raise ValueError("batch holds a negative graph index; graph indices start at 0")
+    check_batch(batch, q.shape[0])
 
 
 def _vector_norm(x: Tensor, dim=None, keepdim: bool = False) -> Tensor:
