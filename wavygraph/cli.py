@@ -46,6 +46,7 @@ def _one_line(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     from wavygraph.config import ConfigError
     from wavygraph.data.errors import WavygraphDataError
+    from wavygraph.nn.fused import StepCompileError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return int(func(args) or 0)
-    except (ConfigError, WavygraphDataError, ValueError) as exc:
+    except (ConfigError, WavygraphDataError, ValueError, StepCompileError) as exc:
         print(f"wavygraph: error: {_one_line(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

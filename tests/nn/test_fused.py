@@ -89,3 +89,25 @@ def test_model_compiled_step_equals_eager(kind):
 def test_model_rejects_unknown_step_impl():
     with pytest.raises(ValueError, match="step_impl.*'eager', 'compile'"):
         WavyDIFFormer(5, 8, 3, step_impl="triton")
+
+
+def test_failed_compile_names_the_way_out(monkeypatch, tmp_path, capsys):
+    """A toolchain failure becomes StepCompileError (library) and one CLI line."""
+    def compiled_that_fails(kind):
+        def fn(*args):
+            raise torch._dynamo.exc.TorchDynamoException("InvalidCxxCompiler: No working C++ compiler found\nmore")
+
+        return fn
+
+    monkeypatch.setattr(fused, "_compiled_for", compiled_that_fails)
+    stepper, norm, x, v, f = _case("wave")
+    with pytest.raises(fused.StepCompileError, match="WaveStepper step failed .*No working C\\+\\+ compiler.*step_impl='eager'"):
+        fused.step_and_norm(stepper, norm, StepState(x, v), f, "compile")
+    from wavygraph.cli import main
+
+    rc = main(["train", "data.name=csbm", "data.csbm.preset=small", "data.csbm.num_nodes=200", "train.epochs=1",
+               "model.step_impl=compile", "train.progress=false", f"out_dir={tmp_path / 'run'}"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and len(err.splitlines()) == 1
+    assert "model.step_impl=eager" in err and "C++ compiler" in err
+    assert not (tmp_path / "run" / "metrics.json").exists()

@@ -16,7 +16,8 @@ the hand-fused autograd function
 Compiling is opt-in: measured (README, Performance), it saved only 1-2 % of
 a CPU training epoch, and on an H200 it made the second-order kinds slower
 (while lowering their peak memory). A failing compile (no C++ compiler, an
-unsupported platform) raises.
+unsupported platform) raises :class:`StepCompileError`, which names the
+way out (``step_impl="eager"``).
 
 Under autocast, for mixed dtypes, and inside an outer ``torch.compile`` of
 the model the plain eager ops run (the outer compile fuses them itself).
@@ -31,6 +32,10 @@ from .joint import JointLayerNorm, joint_layer_norm, light_wave_joint_layer_norm
 from .steppers import LightWaveStepper, Stepper, StepState
 
 STEP_IMPLS = ("eager", "compile")
+
+
+class StepCompileError(RuntimeError):
+    """``torch.compile`` of the step and norm failed (toolchain or platform)."""
 
 _compiled: dict[type, object] = {}
 
@@ -78,7 +83,14 @@ def step_and_norm(stepper: Stepper, norm: JointLayerNorm, state: StepState, forc
         args = (x, v, force, stepper.lam_or_none(force.dtype), norm.weight, norm.bias, stepper.tau, norm.eps)
         if outer:  # an outer torch.compile traces the plain ops and fuses them itself
             return StepState(*_step_and_norm(type(stepper).update, *args))
-        return StepState(*_compiled_for(type(stepper))(*args))
+        try:
+            return StepState(*_compiled_for(type(stepper))(*args))
+        except torch._dynamo.exc.TorchDynamoException as err:
+            first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            raise StepCompileError(
+                f"torch.compile of the {type(stepper).__name__} step failed ({first}); "
+                "use step_impl='eager' (config: model.step_impl=eager), which computes the same"
+            ) from err
     if isinstance(stepper, LightWaveStepper):
         return StepState(*light_wave_joint_layer_norm(state, force, stepper, norm))
     return StepState(*norm(*stepper(state, force)))
