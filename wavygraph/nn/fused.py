@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .joint import JointLayerNorm, joint_layer_norm, light_wave_joint_layer_norm
+from .joint import JointLayerNorm, joint_layer_norm, light_wave_joint_layer_norm, needs_plain_ops
 from .steppers import LightWaveStepper, Stepper, StepState
 
 STEP_IMPLS = ("eager", "compile")
@@ -36,6 +36,7 @@ STEP_IMPLS = ("eager", "compile")
 
 class StepCompileError(RuntimeError):
     """``torch.compile`` of the step and norm failed (toolchain or platform)."""
+
 
 _compiled: dict[type, object] = {}
 
@@ -66,12 +67,6 @@ def _compiled_for(kind: type[Stepper]):
     return fn
 
 
-def _can_compile(impl: str, x: Tensor, v: Tensor | None, force: Tensor, norm: JointLayerNorm) -> bool:
-    if impl != "compile" or torch.is_autocast_enabled(x.device.type):
-        return False
-    return len({t.dtype for t in (x, force, norm.weight) + (() if v is None else (v,))}) == 1
-
-
 def step_and_norm(stepper: Stepper, norm: JointLayerNorm, state: StepState, force: Tensor,
                   impl: str = "eager") -> StepState:
     """``norm(*stepper(state, force))``: one step of any stepper followed by
@@ -79,7 +74,7 @@ def step_and_norm(stepper: Stepper, norm: JointLayerNorm, state: StepState, forc
     ``impl`` says (see the module docstring)."""
     x, v = state
     outer = _is_compiling()
-    if outer or _can_compile(impl, x, v, force, norm):
+    if outer or (impl == "compile" and not needs_plain_ops(x, v, force, norm.weight)):
         args = (x, v, force, stepper.lam_or_none(force.dtype), norm.weight, norm.bias, stepper.tau, norm.eps)
         if outer:  # an outer torch.compile traces the plain ops and fuses them itself
             return StepState(*_step_and_norm(type(stepper).update, *args))

@@ -52,12 +52,39 @@ class JointLayerNorm(nn.Module):
     def forward(self, x: Tensor, v: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         if v is None:
             return F.layer_norm(x, (self.channels,), self.weight, self.bias, self.eps), None
-        if x.dtype != v.dtype or x.dtype != self.weight.dtype or torch.is_autocast_enabled(x.device.type):
+        if needs_plain_ops(x, v, self.weight):
             return joint_layer_norm(x, v, self.weight, self.bias, self.eps)
         return _JointLayerNormFn.apply(x, v, self.weight, self.bias, self.eps)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, eps={self.eps})"
+
+
+def needs_plain_ops(*tensors: Tensor | None) -> bool:
+    """Autocast is on, or the tensors (``None`` skipped) differ in dtype: the
+    hand-written autograd functions here assume one dtype, so the plain ops
+    (:func:`joint_layer_norm` and the stepper) run instead."""
+    present = [t for t in tensors if t is not None]
+    return torch.is_autocast_enabled(present[0].device.type) or len({t.dtype for t in present}) > 1
+
+
+def _velocity_backward(gv: Tensor, v: Tensor, x: Tensor, mean: Tensor, rstd: Tensor, weight: Tensor,
+                       dx: Tensor | None, dw: Tensor | None, need_v: bool, need_x: bool, need_w: bool):
+    """Gradients through the joint LayerNorm's velocity ``v' = w v rstd(x)``:
+    ``dv = gv w rstd`` (:obj:`None` unless ``need_v``), ``dx`` with the term
+    through ``rstd`` added (in place when given) and ``dw`` with
+    ``sum_n gv v rstd`` added."""
+    gvr = gv * rstd  # (N, C)
+    prod = gvr * v  # (N, C)
+    dv = gvr.mul_(weight) if need_v else None  # reuses gvr's buffer
+    if need_w:
+        dw = prod.sum(0) if dw is None else dw + prod.sum(0)
+    if need_x:
+        # rstd = (var + eps)^(-1/2): d rstd / dx = -rstd^3 (x - mean) / C
+        coef = (prod @ weight).unsqueeze(-1) * rstd.square() * (-1.0 / x.shape[-1])  # (N, 1)
+        xm = torch.sub(x, mean, out=prod)  # x - mean in prod's buffer
+        dx = dx.addcmul_(xm, coef) if dx is not None else xm.mul_(coef)
+    return dv, dx, dw
 
 
 def joint_layer_norm(x: Tensor, v: Tensor | None, weight: Tensor, bias: Tensor, eps: float):
@@ -92,16 +119,7 @@ class _JointLayerNormFn(torch.autograd.Function):
         dx, dw, db = torch.ops.aten.native_layer_norm_backward(
             gx, x, (c,), mean, rstd, weight, bias, [need[0], need[2], need[3]]
         )
-        gvr = gv * rstd  # (N, C)
-        prod = gvr * v  # (N, C)
-        dv = gvr.mul_(weight) if need[1] else None  # (N, C), reuses gvr's buffer
-        if need[2]:
-            dw = prod.sum(0) if dw is None else dw + prod.sum(0)
-        if need[0]:
-            # v_out = w v rstd, rstd = (var + eps)^(-1/2): d rstd / dx = -rstd^3 (x - mean) / C
-            coef = (prod @ weight).unsqueeze(-1) * rstd.square() * (-1.0 / c)  # (N, 1)
-            xm = torch.sub(x, mean, out=prod)  # x - mean in prod's buffer
-            dx = dx.addcmul_(xm, coef) if dx is not None else xm.mul_(coef)
+        dv, dx, dw = _velocity_backward(gv, v, x, mean, rstd, weight, dx, dw, need[1], need[0], need[2])
         return dx, dv, dw, db, None
 
 
@@ -260,14 +278,9 @@ class _LightWaveJointLayerNormFn(torch.autograd.Function):
             gx, s, (c,), mean, rstd, weight, bias, [True, need[4], need[5]]
         )
         gd = ds
-        if gv is not None:
-            t = (gv * d).mul_(rstd)  # (N, C): v_out = w d rstd, scaled by w below
-            if need[4]:
-                dw = t.sum(0) if dw is None else dw + t.sum(0)
-            # d rstd / ds = -rstd^3 (s - mean) / C
-            coef = (t @ weight).unsqueeze(-1) * rstd.square() * (-1.0 / c)  # (N, 1)
-            ds = ds.addcmul_(s, coef).sub_(mean * coef)
-            gd = torch.mul(gv, rstd, out=t).mul_(weight).add_(ds)  # total gradient of d, in t's buffer
+        if gv is not None:  # v_out = w d rstd(s); s = x + d, so d gets both gradients
+            dv, ds, dw = _velocity_backward(gv, d, s, mean, rstd, weight, ds, dw, True, True, need[4])
+            gd = dv.add_(ds)  # total gradient of d, in dv's buffer
         g_force = gd * ctx.tau if need[2] else None
         g_lam = g_dprev = None
         if need[3] or need[1]:
@@ -283,7 +296,7 @@ def light_wave_joint_layer_norm(state, force: Tensor, stepper, norm: JointLayerN
     :class:`JointLayerNorm`, fused in one function (equal to the composition,
     tested); the composition itself under autocast or mixed dtypes."""
     x, d_prev = state
-    lam = stepper.lam.to(force.dtype)
-    if len({x.dtype, d_prev.dtype, force.dtype, norm.weight.dtype}) > 1 or torch.is_autocast_enabled(x.device.type):
+    if needs_plain_ops(x, d_prev, force, norm.weight):
         return norm(*stepper(state, force))
-    return _LightWaveJointLayerNormFn.apply(x, d_prev, force, lam, norm.weight, norm.bias, stepper.tau, norm.eps)
+    return _LightWaveJointLayerNormFn.apply(x, d_prev, force, stepper.lam_or_none(force.dtype), norm.weight,
+                                            norm.bias, stepper.tau, norm.eps)
