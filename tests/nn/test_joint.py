@@ -118,3 +118,13 @@ def test_fused_light_wave_gradcheck():
     lam = stepper.lam.detach().clone().requires_grad_()
     w, b = norm.weight.detach().clone().requires_grad_(), norm.bias.detach().clone().requires_grad_()
     assert torch.autograd.gradcheck(lambda *a: _LightWaveJointLayerNormFn.apply(*a, 0.3, 1e-5), (x, d, f, lam, w, b))
+
+
+def test_joint_layer_norm_function_gradcheck():
+    from wavygraph.nn.joint import _JointLayerNormFn
+
+    g = torch.Generator().manual_seed(3)
+    x, v = (torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    w = (torch.rand(4, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
+    b = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda *a: _JointLayerNormFn.apply(*a, 1e-5), (x, v, w, b))
