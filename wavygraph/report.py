@@ -175,8 +175,7 @@ def variant_table(df: pd.DataFrame) -> str:
     agg = aggregate(df)
     others = other_keys(df)
     order = {r: i for i, r in enumerate(_residual_order(agg["residual"]))}
-    agg = agg.assign(variant=[variant_label(r["residual"], {k: r[k] for k in others}) for _, r in agg.iterrows()],
-                     _r=agg["residual"].map(order))
+    agg = agg.assign(variant=_variant_labels(agg, others), _r=agg["residual"].map(order))
     depths = sorted(agg["depth"].unique())
     best = agg.groupby("depth")["mean"].max()
     lines = ["| variant | " + " | ".join(f"{d} layers" for d in depths) + " |",
@@ -267,6 +266,11 @@ def variant_label(residual: str, values: dict) -> str:
     return ", ".join([str(residual), *(f"{k.split('.')[-1]}={v}" for k, v in values.items())])
 
 
+def _variant_labels(agg: pd.DataFrame, others: Sequence[str]) -> list[str]:
+    """:func:`variant_label` of every row of an :func:`aggregate` frame."""
+    return [variant_label(r["residual"], {k: r[k] for k in others}) for _, r in agg.iterrows()]
+
+
 def diagnostics_frame(records: Sequence[dict], depth: int) -> pd.DataFrame:
     """Long table (variant, residual, seed, measure, layer, value) of the cells
     of one depth; ``variant`` is the residual kind plus the values of the
@@ -296,8 +300,7 @@ def best_and_worst(df: pd.DataFrame, depth: int) -> list[str]:
     at = at[at["depth"] == depth].dropna(subset=["mean"])
     if at.empty:
         raise ReportError(f"no scored cells at depth {depth}")
-    others = other_keys(df)
-    labels = [variant_label(r["residual"], {k: r[k] for k in others}) for _, r in at.iterrows()]
+    labels = _variant_labels(at, other_keys(df))
     means = at["mean"].tolist()
     best = labels[max(range(len(means)), key=means.__getitem__)]
     worst = labels[min(range(len(means)), key=means.__getitem__)]
@@ -329,8 +332,12 @@ def plot_diagnostics(
     for ax, name in zip(axes.flat, measures):
         part = frame[frame["measure"] == name]
         log = name == "dirichlet_energy" and bool((part["value"] > 0).all())
-        order = list(variants) if variants is not None else sorted(
-            set(part["variant"]), key=lambda v: (_residual_order(part["residual"]).index(v.split(",")[0]), v))
+        if variants is not None:
+            order = list(variants)
+        else:  # by residual kind (diffusion, wave, mix, light_wave), then by label
+            kinds = _residual_order(part["residual"])
+            residual_of = part.drop_duplicates("variant").set_index("variant")["residual"]
+            order = sorted(residual_of.index, key=lambda v: (kinds.index(residual_of[v]), v))
         for name_v in order:
             sub = part[part["variant"] == name_v].groupby("layer")["value"].agg(["mean", "std"]).reset_index()
             if not sub.empty:
