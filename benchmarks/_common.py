@@ -86,6 +86,13 @@ def measure_peak(fn, device: str) -> int:
     return vm_hwm() - base
 
 
+def warm_peak(fn, device: str) -> int:
+    """:func:`measure_peak` of ``fn`` after one warm-up call (lazy state such
+    as Adam's moments and thread pools is not the steady-state peak)."""
+    fn()
+    return measure_peak(fn, device)
+
+
 def in_subprocess(module: str, args: list[str]) -> dict:
     """Run ``python -m module args`` and parse the JSON its last line prints."""
     env = dict(os.environ)

@@ -18,7 +18,7 @@ import math
 
 import torch
 
-from benchmarks._common import fmt_mb, in_subprocess, machine_line, measure_peak, time_alternating
+from benchmarks._common import fmt_mb, in_subprocess, machine_line, measure_peak, time_alternating, warm_peak
 
 SIZES = [10_000, 50_000, 169_343, 500_000, 1_000_000]
 IMPLS = ("wavygraph", "sgformer", "polynormer")
@@ -131,10 +131,7 @@ def main() -> None:
                 if not args.no_memory:
                     for i in impls:
                         if args.device.startswith("cuda"):  # the allocator's own peak: exact in this process
-                            step = make_step(i, n, c, h, args.device, args.amp)
-                            step()
-                            mem[i] = measure_peak(step, args.device)
-                            del step
+                            mem[i] = warm_peak(make_step(i, n, c, h, args.device, args.amp), args.device)
                             continue
                         extra = ["--amp"] if args.amp else []
                         if args.threads:

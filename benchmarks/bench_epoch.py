@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 from wavygraph.nn.fused import STEP_IMPLS
 
-from benchmarks._common import fmt_mb, in_subprocess, machine_line, measure_peak, time_alternating
+from benchmarks._common import fmt_mb, in_subprocess, machine_line, time_alternating, warm_peak
 
 RESIDUALS = ("diffusion", "light_wave", "wave", "mix")
 
@@ -81,9 +81,7 @@ def build(impl: str, data, args, step_impl: str = "eager"):
 
 def child(args) -> None:
     data = load_graph(args.num_nodes, args.device)
-    epoch = build(args.impl, data, args, args.step_impl[0])
-    epoch()  # first epoch: Adam state, thread pools; not the steady-state peak
-    print(json.dumps({"peak": measure_peak(epoch, args.device)}))
+    print(json.dumps({"peak": warm_peak(build(args.impl, data, args, args.step_impl[0]), args.device)}))
 
 
 def main() -> None:
@@ -130,10 +128,7 @@ def main() -> None:
     if not args.no_memory:
         for i, model, step in runs:
             if args.device.startswith("cuda"):  # the allocator's own peak: exact in this process
-                epoch = build(model, data, args, step)
-                epoch()
-                mem[i] = measure_peak(epoch, args.device)
-                del epoch
+                mem[i] = warm_peak(build(model, data, args, step), args.device)
                 continue
             extra = ["--threads", str(args.threads)] if args.threads else []
             if args.num_nodes:
