@@ -42,3 +42,16 @@ def ogb_root(tmp_path):
     write_fake_arxiv(root)
     write_fake_proteins(root)
     return root
+
+
+def _registered_kinds():
+    from wavygraph.nn.steppers import STEPPERS
+
+    return list(STEPPERS)
+
+
+@pytest.fixture(params=_registered_kinds())
+def residual_kind(request):
+    """Every registered residual kind: the one list the tests iterate (a
+    kind added to the registry is tested everywhere this fixture is used)."""
+    return request.param
