@@ -4,15 +4,18 @@ Every module listed in :data:`SUBCOMMANDS` provides ``add_parser(subparsers)``
 that adds its subcommand and sets ``func(args) -> int``; a module that does not
 exist (yet) is skipped. Errors of our own checks (:class:`ConfigError`,
 :class:`WavygraphDataError`, ``ValueError``) print ``wavygraph: error: <one
-line>`` on stderr and exit with code 2, without a traceback.
+line>`` on stderr and exit with code 2, without a traceback. The
+``FutureWarning`` that PyTorch Geometric's import raises on torch >= 2.14
+(``torch.jit.script`` is deprecated) is hidden while the command runs.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import warnings
 
-SUBCOMMANDS = ["wavygraph.train.cli", "wavygraph.sweep", "wavygraph.report", "wavygraph.demo"]
+SUBCOMMANDS = ["wavygraph.train.cli", "wavygraph.sweep.cli", "wavygraph.report", "wavygraph.demo"]
 
 
 def _missing(exc: ModuleNotFoundError, module: str) -> bool:
@@ -44,6 +47,14 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from wavygraph.utils import ignore_import_warnings
+
+    with warnings.catch_warnings():
+        ignore_import_warnings()
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     from wavygraph.config import ConfigError
     from wavygraph.data.errors import WavygraphDataError
     from wavygraph.nn.fused import StepCompileError

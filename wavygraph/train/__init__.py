@@ -1,5 +1,5 @@
 """Training and evaluation loops, metrics and checkpoints (see :mod:`.loop`)."""
-from .files import atomic_torch_save, atomic_write_json, atomic_write_text
+from wavygraph.utils import atomic_torch_save, atomic_write_json, atomic_write_text
 from .loop import build_model, evaluate, predict, run, seed_everything, train_epoch
 
 __all__ = [

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from wavygraph.config import ConfigError
+from wavygraph.utils import flatten
 
 CHECKPOINT = "checkpoint.pt"
 #: Keys that may differ between the run that wrote a checkpoint and the one resuming it.
@@ -26,20 +27,9 @@ def checkpoint_path(out_dir: str) -> str:
     return os.path.join(str(out_dir), CHECKPOINT)
 
 
-def _flat(tree, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, dict):
-            out.update(_flat(value, name + "."))
-        else:
-            out[name] = value
-    return out
-
-
 def config_diff(saved: dict, current: dict) -> list[str]:
     """Dotted keys whose values differ (ignoring :data:`RESUME_IGNORED`)."""
-    a, b = _flat(saved), _flat(current)
+    a, b = flatten(saved), flatten(current)
     return sorted(k for k in set(a) | set(b) if k not in RESUME_IGNORED and a.get(k, "<unset>") != b.get(k, "<unset>"))
 
 

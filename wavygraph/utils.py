@@ -1,0 +1,88 @@
+"""Small helpers shared by training, sweeps and reports: atomic file writes,
+the flattening of nested dicts into dotted keys, and the warning filter of
+the command line.
+
+An atomic write goes to a temporary file in the target's folder, which is
+then moved over the target with :func:`os.replace`: a reader (or a process
+killed half-way) never sees half a file.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import warnings
+from typing import IO, Any, Callable
+
+
+@contextlib.contextmanager
+def _atomic(path: str | os.PathLike, mode: str):
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write(path: str | os.PathLike, writer: Callable[[IO], Any], binary: bool = False) -> None:
+    """Call ``writer(file)`` on a temporary file, then move it to ``path``."""
+    with _atomic(path, "wb" if binary else "w") as f:
+        writer(f)
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+    atomic_write(path, lambda f: f.write(text))
+
+
+def _json_default(obj: Any) -> Any:
+    """Tensors and NumPy values as lists / numbers; anything else as text."""
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    return str(obj)
+
+
+def atomic_write_json(path: str | os.PathLike, obj: Any, sort_keys: bool = False) -> None:
+    """``obj`` as indented JSON (NaN allowed, tensors and arrays as lists)."""
+    atomic_write(path, lambda f: json.dump(obj, f, indent=2, sort_keys=sort_keys, allow_nan=True,
+                                           default=_json_default))
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    import torch
+
+    atomic_write(path, lambda f: torch.save(obj, f), binary=True)
+
+
+def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}, "c": 2}`` -> ``{"a.b": 1, "c": 2}`` (a non-dict
+    ``tree`` is ``{prefix: tree}``; an empty nested dict leaves no key)."""
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, dict):
+            out.update(flatten(value, full))
+        else:
+            out[full] = value
+    return out
+
+
+def ignore_import_warnings() -> None:
+    """Hide torch's "``torch.jit.script`` is deprecated" warning (a
+    ``FutureWarning`` since torch 2.14), which importing PyTorch Geometric
+    raises: the command line prints its errors as one line, and this warning
+    is not ours to fix."""
+    warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
