@@ -58,16 +58,16 @@ def test_unknown_name():
 def test_missing_dataset_says_what_to_put_where(tmp_path, name, folder, needle):
     root = tmp_path / "root"
     with pytest.raises(DatasetNotFoundError) as err:
-        load_dataset(name, str(root))
+        load_dataset(name, str(root), download=False)
     msg = str(err.value)
-    assert "\n" not in msg and needle in msg and str(root / folder) in msg
+    assert "\n" not in msg and needle in msg and str(root / folder) in msg and "data.download=false" in msg
     assert not root.exists()  # nothing created, nothing half-processed
 
 
 def test_missing_files_in_existing_root_leave_no_new_folders(tmp_path):
     (tmp_path / "keep").mkdir()
     with pytest.raises(DatasetNotFoundError):
-        load_dataset("pubmed", str(tmp_path))
+        load_dataset("pubmed", str(tmp_path), download=False)
     assert sorted(os.listdir(tmp_path)) == ["keep"]
 
 

@@ -7,9 +7,13 @@
 OGB loads (``torch.serialization.safe_globals``), so the process keeps
 torch's safe default everywhere else.
 
-Offline: nothing is downloaded. Before OGB's loader runs, the raw and split
-files it needs are checked; when they are missing a
-:class:`DatasetNotFoundError` names the archive and the folder.
+Before OGB's loader runs, the raw and split files it needs are checked.
+When they are missing and ``download`` is true, OGB's own ``download`` fetches
+the archive (``master.csv``'s URL) into a staging folder, OGB processes it
+there, and the finished folder is moved into place (see
+:mod:`wavygraph.data.download`). With ``download=False``, or when the
+download fails, a one-line :class:`DatasetNotFoundError` names the URL, the
+archive and the folder to unzip it into.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import scatter, to_undirected
 
+from .download import answer_ogb_prompts, first_line, move_into_place, network_error, staging_folder
 from .errors import DatasetNotFoundError, WavygraphDataError
 from .info import DatasetInfo
 from .ogb_format import ogb_meta
@@ -70,11 +75,7 @@ def ogb_required_files(name: str) -> list[str]:
 def _check_ogb_files(root: str, name: str) -> str:
     meta = ogb_meta(name)
     folder = ogb_folder(root, name)
-    archive = os.path.basename(meta["url"])
-    how = (
-        f"download {archive} ({meta['url']}), unzip it in {root} and rename "
-        f"{os.path.join(root, meta['download_name'])} to {folder}"
-    )
+    how = manual_steps(root, name)
     processed = os.path.join(folder, "processed", "geometric_data_processed.pt")
     if not os.path.isdir(folder):
         raise DatasetNotFoundError(f"{name} not found: {folder} does not exist; {how}")
@@ -101,18 +102,66 @@ def _check_ogb_files(root: str, name: str) -> str:
     return folder
 
 
-def _load_ogb(name: str, root: str):
+def manual_steps(root: str, name: str) -> str:
+    """How to put ``name`` under ``root`` by hand (one line)."""
+    meta = ogb_meta(name)
+    return (
+        f"download {os.path.basename(meta['url'])} ({meta['url']}), unzip it in {root} and rename "
+        f"{os.path.join(root, meta['download_name'])} to {ogb_folder(root, name)}"
+    )
+
+
+def _fetching_class(name: str, root: str):
+    from ogb.nodeproppred import PygNodePropPredDataset
+
+    class _Fetching(PygNodePropPredDataset):
+        def download(self):  # OGB's own download; any failure names the URL and the manual steps
+            try:
+                super().download()
+            except BaseException as exc:
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                raise network_error(name, self.meta_info["url"], exc, manual_steps(root, name)) from exc
+
+    return _Fetching
+
+
+def fetch_ogb(name: str, root: str, log=print) -> str:
+    """Download and process ``name`` with OGB's own code in a staging folder,
+    then move the finished folder to ``<root>/ogbn_*``; returns that folder."""
+    target = ogb_folder(root, name)
+    cls = _fetching_class(name, root)
+    with staging_folder(root) as tmp, answer_ogb_prompts(True, log):
+        try:
+            with ogb_safe_load():
+                dataset = cls(name=name, root=tmp)
+                dataset.get_idx_split()
+        except (WavygraphDataError, KeyboardInterrupt):
+            raise
+        except BaseException as exc:  # SystemExit included: OGB exits when a download is declined
+            raise WavygraphDataError(f"{name}: OGB could not process the download ({first_line(exc)})") from exc
+        move_into_place(dataset.root, target)
+    return target
+
+
+def _load_ogb(name: str, root: str, download: bool = True):
     from ogb.nodeproppred import PygNodePropPredDataset
 
     class _Offline(PygNodePropPredDataset):
         def download(self):  # files were checked; never reach the network
             raise DatasetNotFoundError(f"{name}: raw files missing in {self.raw_dir}")
 
-    folder = _check_ogb_files(root, name)
+    try:
+        folder = _check_ogb_files(root, name)
+    except DatasetNotFoundError as exc:
+        if not download:
+            raise DatasetNotFoundError(f"{exc} (data.download=false; set data.download=true to let OGB fetch it)") from None
+        fetch_ogb(name, root)
+        folder = _check_ogb_files(root, name)
     processed_dir = os.path.join(folder, "processed")
     had_processed = os.path.isdir(processed_dir)
     try:
-        with ogb_safe_load():
+        with ogb_safe_load(), answer_ogb_prompts(False):
             dataset = _Offline(name=name, root=root)
             split_idx = dataset.get_idx_split()
     except BaseException as exc:
@@ -120,9 +169,7 @@ def _load_ogb(name: str, root: str):
             shutil.rmtree(processed_dir, ignore_errors=True)
         if isinstance(exc, (WavygraphDataError, KeyboardInterrupt)):
             raise
-        raise WavygraphDataError(
-            f"{name}: OGB could not read {folder} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-        ) from exc
+        raise WavygraphDataError(f"{name}: OGB could not read {folder} ({first_line(exc)})") from exc
     return dataset, split_idx
 
 
@@ -134,13 +181,14 @@ def _masks(data: Data, split_idx: dict) -> None:
         data[attr] = mask
 
 
-def load_ogbn(name: str, root: str, split: int = 0) -> tuple[Data, DatasetInfo]:
+def load_ogbn(name: str, root: str, split: int = 0, download: bool = True) -> tuple[Data, DatasetInfo]:
     """``ogbn-arxiv`` (edges made undirected), ``ogbn-products`` or
     ``ogbn-proteins`` (x = mean of the incident edges' features, as in
-    DIFFormer; 112 binary tasks) with OGB's official split as masks."""
+    DIFFormer; 112 binary tasks) with OGB's official split as masks.
+    Missing files are fetched by OGB's own code when ``download`` is true."""
     if split != 0:
         raise WavygraphDataError(f"{name} has one official split; data.split must be 0, got {split}")
-    dataset, split_idx = _load_ogb(name, root)
+    dataset, split_idx = _load_ogb(name, root, download)
     g = dataset[0]
     n = g.num_nodes
     if name == "ogbn-proteins":

@@ -1,10 +1,13 @@
-"""PyG's data sets that read local files, by name, offline.
+"""PyG's data sets by name.
 
 Each is read from ``<root>/<Name>/raw`` (Planetoid: ``<root>/Cora/raw``,
-``<root>/CiteSeer/raw``; Actor: ``<root>/Actor/raw``; ...). The PyG class is
-subclassed with a ``download`` that never reaches the network: when raw files
-are missing it raises :class:`DatasetNotFoundError` naming the files and the
-folder, and the folders the attempt created are removed again.
+``<root>/CiteSeer/raw``; Actor: ``<root>/Actor/raw``; ...). The first attempt
+is offline: the PyG class is subclassed with a ``download`` that never
+reaches the network and raises :class:`DatasetNotFoundError` naming the
+missing files and the folder (the folders the attempt created are removed
+again). With ``download=True`` the plain PyG class then fetches and processes
+the files in a staging folder, and the finished folder is moved under
+``root`` (see :mod:`wavygraph.data.download`).
 """
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch_geometric.data import Data
 
+from .download import first_line, move_into_place, network_error, staging_folder
 from .errors import DatasetNotFoundError, WavygraphDataError
 from .info import DatasetInfo
 from .ogbn import ogb_safe_load
@@ -111,8 +115,56 @@ def random_split_masks(y: torch.Tensor, seed: int, train: float = 0.6, val: floa
     return masks
 
 
-def load_pyg(name: str, source: PyGSource, root: str, split: int = 0) -> tuple[Data, DatasetInfo]:
-    """Load a PyG data set offline and select ``split`` of its masks.
+def _fetching_class(cls_name: str, name: str, root: str, tmp: str):
+    import torch_geometric.datasets as datasets
+
+    cls = getattr(datasets, cls_name)
+
+    def download(self) -> None:  # PyG's own download; a failure names the URL and the manual steps
+        try:
+            cls.download(self)
+        except Exception as exc:
+            url = getattr(self, "url", None)
+            files = ", ".join(os.path.basename(p) for p in self.raw_paths)
+            manual = f"put {files} into {os.path.join(root, os.path.relpath(self.raw_dir, tmp))}"
+            raise network_error(name, url if isinstance(url, str) else cls.__name__, exc, manual) from exc
+
+    return type(cls.__name__, (cls,), {"download": download, "__module__": cls.__module__})
+
+
+def fetch_pyg(name: str, source: PyGSource, root: str, kwargs: dict) -> None:
+    """Download and process ``name`` with PyG's own code in a staging folder,
+    then move the finished folder(s) under ``root``."""
+    with staging_folder(root) as tmp:
+        cls = _fetching_class(source.cls_name, name, root, tmp)
+        ds_root = os.path.join(tmp, source.subdir) if source.subdir else tmp
+        try:
+            with ogb_safe_load():
+                cls(root=ds_root, **kwargs)
+        except WavygraphDataError:
+            raise
+        except Exception as exc:
+            raise WavygraphDataError(f"{name}: PyG could not process the download ({first_line(exc)})") from exc
+        for entry in os.listdir(tmp):
+            move_into_place(os.path.join(tmp, entry), os.path.join(root, entry))
+
+
+def _read_offline(name: str, source: PyGSource, root: str, kwargs: dict):
+    ds_root = os.path.join(root, source.subdir) if source.subdir else root
+    cls = _offline_class(source.cls_name, name)
+    with remove_new_dirs_on_error(root):
+        try:
+            with ogb_safe_load():  # PyG's own weights-only load, without its unsafe fallback
+                return cls(root=ds_root, **kwargs)
+        except WavygraphDataError:
+            raise
+        except Exception as exc:
+            raise WavygraphDataError(f"{name}: PyG could not read {ds_root} ({first_line(exc)})") from exc
+
+
+def load_pyg(name: str, source: PyGSource, root: str, split: int = 0, download: bool = True) -> tuple[Data, DatasetInfo]:
+    """Load a PyG data set (fetched by PyG when missing and ``download``)
+    and select ``split`` of its masks.
 
     Data sets with several splits (Actor, WebKB, WikipediaNetwork,
     HeterophilousGraphDataset: 10; WikiCS: 20) take column ``split``; those
@@ -120,20 +172,15 @@ def load_pyg(name: str, source: PyGSource, root: str, split: int = 0) -> tuple[D
     (Amazon, Coauthor) get a random 60/20/20 split seeded by ``split``.
     """
     kwargs = dict(source.kwargs)
-    ds_root = os.path.join(root, source.subdir) if source.subdir else root
     if "name" in kwargs and source.case_dir:
         kwargs["name"] = _case_insensitive(root, kwargs["name"])
-    cls = _offline_class(source.cls_name, name)
-    with remove_new_dirs_on_error(root):
-        try:
-            with ogb_safe_load():  # PyG's own weights-only load, without its unsafe fallback
-                dataset = cls(root=ds_root, **kwargs)
-        except WavygraphDataError:
-            raise
-        except Exception as exc:
-            raise WavygraphDataError(
-                f"{name}: PyG could not read {ds_root} ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
-            ) from exc
+    try:
+        dataset = _read_offline(name, source, root, kwargs)
+    except DatasetNotFoundError as exc:
+        if not download:
+            raise DatasetNotFoundError(f"{exc} (data.download=false; set data.download=true to let PyG fetch it)") from None
+        fetch_pyg(name, source, root, kwargs)
+        dataset = _read_offline(name, source, root, kwargs)
     g = dataset[0]
     y = g.y.view(-1).long()
     data = Data(x=g.x.float(), edge_index=g.edge_index, y=y, num_nodes=g.num_nodes)

@@ -57,7 +57,7 @@ def normalize_features(x: torch.Tensor) -> torch.Tensor:
 
 
 def load_dataset(
-    name: str, root: str = "data", split: int = 0, normalize: bool = False, **options
+    name: str, root: str = "data", split: int = 0, normalize: bool = False, download: bool = True, **options
 ) -> tuple[Data, DatasetInfo]:
     """Load the data set ``name`` from ``root``.
 
@@ -67,9 +67,12 @@ def load_dataset(
     ``val_mask``, ``test_mask`` of the chosen ``split``; ``info`` a
     :class:`DatasetInfo` (task, metric, sizes, ``info.score``).
 
-    ``options`` go to the loader (only ``csbm`` takes any). Raises
+    ``options`` go to the loader (only ``csbm`` takes any). Missing OGB and
+    PyG files are fetched by OGB's / PyG's own download code when
+    ``download`` is true (see :mod:`wavygraph.data.download`). Raises
     :class:`UnknownDatasetError` for a name not in :data:`DATASETS` and
-    :class:`DatasetNotFoundError` when the files are not under ``root``.
+    :class:`DatasetNotFoundError` when the files are not under ``root`` and
+    cannot be (or may not be) downloaded.
     """
     key = ALIASES.get(name.lower(), name.lower())
     if key not in DATASETS:
@@ -79,6 +82,8 @@ def load_dataset(
     spec = DATASETS[key]
     if options and spec.source != "synthetic":
         raise WavygraphDataError(f"{key} takes no options, got {', '.join(options)}")
+    if spec.source != "synthetic":
+        options = {"download": bool(download)}
     data, info = spec.loader(root=root, split=split, **options)
     check_data(data, info)
     if normalize:

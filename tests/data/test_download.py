@@ -1,0 +1,186 @@
+"""Downloads through OGB's and PyG's own code, against a server on 127.0.0.1.
+
+OGB's URLs are plain http, so ``http_proxy`` points urllib at the loopback
+server below, which answers every request with an OGB-format zip written by
+the test. Nothing here reaches beyond 127.0.0.1.
+"""
+import http.server
+import io
+import os
+import socket
+import threading
+import urllib.request
+import zipfile
+
+import pytest
+import torch
+
+from wavygraph.cli import main
+from wavygraph.data import DatasetNotFoundError, WavygraphDataError, load_dataset
+from wavygraph.data.download import STAGING_PREFIX
+from wavygraph.data.ogbn import ogb_folder
+from wavygraph.data.ogb_format import ogb_meta
+
+ARXIV_URL = ogb_meta("ogbn-arxiv")["url"]
+
+
+def _zip_of(folder, arcname: str) -> bytes:
+    """The folder zipped under ``arcname/``, as OGB's archives are (arxiv.zip -> arxiv/...)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for path, _, files in os.walk(folder):
+            for f in files:
+                full = os.path.join(path, f)
+                zf.write(full, os.path.join(arcname, os.path.relpath(full, folder)))
+    return buf.getvalue()
+
+
+class _Server:
+    """A proxy-style HTTP server: every GET gets ``body`` (or a cut-off
+    ``body`` when ``truncate``); the requested URLs are recorded."""
+
+    def __init__(self, body: bytes, truncate: bool = False):
+        self.body, self.truncate, self.requests = body, truncate, []
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                server.requests.append(self.path)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/zip")
+                self.send_header("Content-Length", str(len(server.body)))
+                self.end_headers()
+                cut = len(server.body) // 2 if server.truncate else len(server.body)
+                self.wfile.write(server.body[:cut])
+                self.wfile.flush()
+                if server.truncate:
+                    self.connection.shutdown(socket.SHUT_RDWR)
+
+            do_HEAD = do_GET
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _proxy(monkeypatch, url: str) -> None:
+    for key in ("http_proxy", "HTTP_PROXY", "https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(key, url)
+    for key in ("no_proxy", "NO_PROXY"):
+        monkeypatch.setenv(key, "")
+    monkeypatch.setattr(urllib.request, "_opener", None)  # urlopen's cached opener read the old env
+
+
+def _no_prompt(monkeypatch):
+    def refuse(*args):
+        raise AssertionError("input() called: a download must never wait for the keyboard")
+
+    monkeypatch.setattr("builtins.input", refuse, raising=False)
+
+
+def _closed_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"  # nothing listens there any more
+
+
+@pytest.fixture
+def arxiv_zip(ogb_root):
+    """OGB's arxiv.zip layout (``arxiv/...``) of the conftest's tiny ogbn-arxiv stand-in."""
+    return _zip_of(ogb_root / "ogbn_arxiv", ogb_meta("ogbn-arxiv")["download_name"])
+
+
+def _leftovers(root):
+    return [e for e in os.listdir(root) if e.startswith(STAGING_PREFIX) or e.endswith(".wavygraph-old")]
+
+
+def test_ogb_downloads_through_its_own_loader(tmp_path, monkeypatch, arxiv_zip, ogb_root):
+    _no_prompt(monkeypatch)
+    root = tmp_path / "data"
+    with _Server(arxiv_zip) as server:
+        _proxy(monkeypatch, server.url)
+        data, info = load_dataset("ogbn-arxiv", str(root))
+        assert server.requests == [ARXIV_URL]  # OGB's own URL, through the proxy
+        again, _ = load_dataset("ogbn-arxiv", str(root))  # present now: no second download
+        assert server.requests == [ARXIV_URL]
+    folder = root / "ogbn_arxiv"
+    assert (folder / "processed" / "geometric_data_processed.pt").exists()
+    assert (folder / "RELEASE_v1.txt").exists() and not (root / "arxiv.zip").exists()
+    assert data.num_nodes == 120 and info.ogb_name == "ogbn-arxiv"
+    assert torch.equal(again.edge_index, data.edge_index) and _leftovers(root) == []
+    # the same data as loading the unzipped folder directly
+    direct, _ = load_dataset("ogbn-arxiv", str(ogb_root))
+    assert torch.equal(direct.x, data.x) and torch.equal(direct.y, data.y)
+    assert torch.equal(direct.edge_index, data.edge_index) and torch.equal(direct.test_mask, data.test_mask)
+
+
+def test_outdated_folder_is_replaced_without_a_prompt(tmp_path, monkeypatch, arxiv_zip):
+    _no_prompt(monkeypatch)  # OGB would ask "Will you update the dataset now?"
+    root = tmp_path / "data"
+    (root / "ogbn_arxiv" / "raw").mkdir(parents=True)
+    (root / "ogbn_arxiv" / "raw" / "stale.txt").write_text("old")
+    with _Server(arxiv_zip) as server:
+        _proxy(monkeypatch, server.url)
+        data, _ = load_dataset("ogbn-arxiv", str(root))
+    assert data.num_nodes == 120 and not (root / "ogbn_arxiv" / "raw" / "stale.txt").exists()
+    assert _leftovers(root) == []
+
+
+def test_interrupted_download_leaves_nothing(tmp_path, monkeypatch, arxiv_zip):
+    _no_prompt(monkeypatch)
+    root = tmp_path / "data"
+    root.mkdir()
+    with _Server(arxiv_zip, truncate=True) as server:
+        _proxy(monkeypatch, server.url)
+        with pytest.raises(DatasetNotFoundError) as err:
+            load_dataset("ogbn-arxiv", str(root))
+    msg = str(err.value)
+    assert ARXIV_URL in msg and "unzip" in msg and "\n" not in msg
+    assert os.listdir(root) == []  # no zip, no folder, no staging folder
+
+
+def test_failed_processing_of_a_download_leaves_nothing(tmp_path, monkeypatch, ogb_root):
+    _no_prompt(monkeypatch)
+    (ogb_root / "ogbn_arxiv" / "raw" / "node-feat.csv.gz").write_bytes(b"not gzip")
+    body = _zip_of(ogb_root / "ogbn_arxiv", "arxiv")
+    root = tmp_path / "data"
+    with _Server(body) as server:
+        _proxy(monkeypatch, server.url)
+        with pytest.raises(WavygraphDataError, match="ogbn-arxiv: OGB could not process the download"):
+            load_dataset("ogbn-arxiv", str(root))
+    assert not root.exists() or os.listdir(root) == []
+
+
+@pytest.mark.parametrize("name, url_part", [("ogbn-arxiv", ARXIV_URL), ("cora", "ind.cora.x")])
+def test_no_network_names_the_url_and_the_manual_steps(tmp_path, monkeypatch, name, url_part):
+    _no_prompt(monkeypatch)
+    _proxy(monkeypatch, _closed_port())
+    root = tmp_path / "data"
+    with pytest.raises(DatasetNotFoundError) as err:
+        load_dataset(name, str(root))
+    msg = str(err.value)
+    assert url_part in msg and "without a network" in msg and "\n" not in msg
+    assert not root.exists()
+
+
+@pytest.mark.parametrize("download, needle", [("false", "data.download=false"), ("true", "without a network")])
+def test_cli_one_line_error_and_exit_2(tmp_path, monkeypatch, capsys, download, needle):
+    _no_prompt(monkeypatch)
+    _proxy(monkeypatch, _closed_port())
+    root = tmp_path / "data"
+    rc = main(["train", "data.name=ogbn-arxiv", f"data.root={root}", f"data.download={download}",
+               f"out_dir={tmp_path / 'runs'}", "train.epochs=1", "train.progress=false"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and needle in err[0] and "arxiv.zip" in err[0]
