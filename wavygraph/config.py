@@ -39,13 +39,18 @@ class ConfigError(ValueError):
 class CSBMConfig:
     """Options of the synthetic ``csbm`` data set; ``None`` takes the preset's value."""
 
-    preset: str = "arxiv"  # "arxiv" (169,343 nodes, 40 classes) or "small"
+    preset: str = "arxiv"  # "arxiv" (ogbn-arxiv's shape), "proteins" (ogbn-proteins' shape) or "small"
     num_nodes: Optional[int] = None
     num_classes: Optional[int] = None
     num_features: Optional[int] = None
     avg_degree: Optional[float] = None
     homophily: Optional[float] = None
     snr: Optional[float] = None
+    # preset "proteins" (multi-label, ogbn-proteins' shape); see wavygraph.data.csbm
+    num_tasks: Optional[int] = None
+    num_edge_features: Optional[int] = None
+    num_communities: Optional[int] = None
+    label_noise: Optional[float] = None
     seed: int = 0
 
 
@@ -55,6 +60,7 @@ class DataConfig:
     root: str = "data"
     split: int = 0  # which of a data set's splits (Actor: 0..9); random splits: their seed
     normalize_features: bool = False  # row-normalise x (sum 1), PyG's NormalizeFeatures
+    download: bool = True  # fetch missing OGB / PyG files with their own loaders (false: offline only)
     csbm: CSBMConfig = field(default_factory=CSBMConfig)
 
 

@@ -225,7 +225,8 @@ def run(cfg: DictConfig) -> dict:
         torch.set_num_threads(t.num_threads)
     seed_everything(t.seed)
     options = dict(OmegaConf.to_container(cfg.data.csbm)) if cfg.data.name.lower() == "csbm" else {}
-    data, info = load_dataset(cfg.data.name, cfg.data.root, cfg.data.split, cfg.data.normalize_features, **options)
+    data, info = load_dataset(cfg.data.name, cfg.data.root, cfg.data.split, cfg.data.normalize_features,
+                              download=cfg.data.download, **options)
     ctx, device = dist_utils.setup(t, device)
     try:
         return _run(cfg, data, info, device, ctx, start)
