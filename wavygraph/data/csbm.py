@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import torch
 from torch_geometric.data import Data
-from torch_geometric.utils import coalesce, remove_self_loops, scatter, to_undirected
+from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
 from .errors import WavygraphDataError
 from .info import DatasetInfo
@@ -133,9 +133,12 @@ def make_multilabel_csbm(
     snr: float,
     label_noise: float,
     seed: int = 0,
+    keep_edge_attr: bool = False,
 ) -> Data:
     """One multi-label CSBM graph (see the module docstring): ``x`` the mean of
-    the incident edges' features, ``y`` ``(N, num_tasks)`` float 0/1."""
+    the incident edges' features, ``y`` ``(N, num_tasks)`` float 0/1; with
+    ``keep_edge_attr`` also ``edge_attr`` ``(E, num_edge_features)`` and the
+    hidden ``community`` of every node."""
     _check(num_nodes, num_communities, avg_degree, homophily, snr)
     if num_tasks < 1 or num_edge_features < 1 or label_noise < 0:
         raise WavygraphDataError("csbm needs num_tasks >= 1, num_edge_features >= 1, label_noise >= 0")
@@ -148,15 +151,18 @@ def make_multilabel_csbm(
     logits = emb[comm] @ w + b + label_noise * torch.randn(num_nodes, num_tasks, generator=g)
     y = (logits > 0).float()
     pairs = _pairs(comm, num_communities, avg_degree, homophily, g)
-    total = torch.zeros(num_nodes, d)
+    total, feats = torch.zeros(num_nodes, d), []
     for chunk in pairs.split(1 << 22, dim=1):  # bounded memory on dense graphs
         u, v = chunk
         feat = snr * (emb[comm[u]] + emb[comm[v]]) / 2 + torch.randn(u.numel(), d, generator=g)
         total.index_add_(0, u, feat).index_add_(0, v, feat)
-    edge_index = to_undirected(pairs, num_nodes=num_nodes)
-    deg = scatter(torch.ones(edge_index.shape[1]), edge_index[0], dim=0, dim_size=num_nodes)
+        feats += [feat] if keep_edge_attr else []
+    deg = torch.bincount(pairs.view(-1), minlength=num_nodes)
     x = total / deg.clamp_min(1).unsqueeze(1)
-    return Data(x=x, edge_index=edge_index, y=y, num_nodes=num_nodes)
+    if keep_edge_attr:
+        edge_index, edge_attr = to_undirected(pairs, torch.cat(feats), num_nodes=num_nodes)
+        return Data(x=x, edge_index=edge_index, edge_attr=edge_attr, y=y, community=comm, num_nodes=num_nodes)
+    return Data(x=x, edge_index=to_undirected(pairs, num_nodes=num_nodes), y=y, num_nodes=num_nodes)
 
 
 def load_csbm(split: int = 0, preset: str = "arxiv", seed: int = 0, **params) -> tuple[Data, DatasetInfo]:
