@@ -1,18 +1,18 @@
 """wavygraph.sweep: grid expansion, the atomic resumable store, shards, jobs,
-and SIGKILL at random points.
+and SIGKILL at chosen points of a cell.
 
 Most tests use ``fake_run`` below (set through ``WAVYGRAPH_SWEEP_RUNNER``): a
 deterministic stand-in for ``wavygraph.train.run`` that writes the same files
-slowly, so the store is tested without training; ``test_real_train_cells``
-runs the real trainer on the small synthetic graph.
+one by one, so the store is tested without training (tests/test_demo.py runs
+the real trainer through a sweep). ``fake_run`` kills its own
+process (SIGKILL) where the environment variable :data:`KILL_ENV` says: no
+test depends on timing.
 """
 import json
 import os
-import random
 import signal
 import subprocess
 import sys
-import time
 from hashlib import sha256
 from pathlib import Path
 
@@ -24,13 +24,30 @@ from wavygraph import sweep as sw
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 FAKE = "test_sweep:fake_run"
+#: ``"K:PHASE"``: ``fake_run`` sends SIGKILL to its own process in the K-th
+#: cell (0-based) that process runs, at PHASE ``start`` (nothing written),
+#: ``mid`` (config.yaml and part of model.pt written) or ``end`` (every file
+#: written, the runner about to return, the cell not yet published).
+KILL_ENV = "WAVYGRAPH_TEST_KILL"
+_CELLS_RUN: dict[int, int] = {}  # pid -> cells fake_run started in that process
+
+
+def _maybe_kill(phase: str) -> None:
+    plan = os.environ.get(KILL_ENV)
+    if not plan:
+        return
+    index, when = plan.split(":")
+    if when == phase and _CELLS_RUN[os.getpid()] == int(index) + 1:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def fake_run(cfg) -> dict:
-    """Deterministic metrics from (depth, residual, seed, epochs); sleeps
-    ``train.epochs * 0.03`` s while writing its files one by one."""
+    """Deterministic metrics from (depth, residual, seed, epochs), written
+    file by file like the real trainer (see :data:`KILL_ENV`)."""
     from omegaconf import OmegaConf
 
+    _CELLS_RUN[os.getpid()] = _CELLS_RUN.get(os.getpid(), 0) + 1
+    _maybe_kill("start")
     out = Path(cfg.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     key = f"{cfg.model.num_layers}/{cfg.model.residual}/{cfg.train.seed}/{cfg.train.epochs}"
@@ -38,16 +55,18 @@ def fake_run(cfg) -> dict:
     depth = cfg.model.num_layers
     score = (0.8 if cfg.model.residual != "diffusion" else 0.8 / (1 + depth / 8)) - 0.05 * u
     (out / "config.yaml").write_text(OmegaConf.to_yaml(cfg))
-    for _ in range(3):
-        time.sleep(cfg.train.epochs * 0.01)
+    for part in range(3):
         with open(out / "model.pt", "ab") as fh:
             fh.write(b"x" * 1000)
+        if part == 1:
+            _maybe_kill("mid")
     metrics = {"metric": "accuracy", "test": score, "best_val": score + 0.01, "best_epoch": 1,
                "epochs": cfg.train.epochs, "seconds": 0.0, "num_params": 10 * depth}
     if cfg.train.diagnostics:
         metrics["diagnostics"] = {"cosine_similarity": [min(1.0, 0.1 * i * (1 + u)) for i in range(depth + 1)],
                                   "spectral_gap": [0.5 + 0.01 * i for i in range(depth)]}
     (out / "metrics.json").write_text(json.dumps(metrics))
+    _maybe_kill("end")
     return metrics
 
 
@@ -216,6 +235,7 @@ def test_stale_temp_folders_are_cleaned(tmp_path):
     assert sorted(p.name.split(".")[0] for p in (out / "tmp").iterdir()) == ["bbbb", "cccc"]
 
 
+@pytest.mark.slow  # spawns two workers that import torch and PyG
 def test_parallel_jobs_match_serial(tmp_path, fake_runner):
     path = write_sweep(tmp_path, grid={"model.num_layers": [1, 2], "model.residual": ["mix"]})
     serial = sw.load_sweep(str(path), ["out_dir=" + str(tmp_path / "serial")])
@@ -263,34 +283,29 @@ def report_text(out: Path) -> str:
     return summary_table(load_results(out))
 
 
-def test_sigkill_at_random_points_then_resume(tmp_path, fake_runner, capsys):
-    """kill -9 the sweep process at random moments, rerun: every cell once, same table."""
+#: (kill plan, complete cells afterwards, a half-run cell left in tmp/)
+KILLS = [("1:start", 1, False), ("0:mid", 1, True), ("2:end", 3, True), ("0:start", 3, False),
+         ("3:mid", 6, True)]
+
+
+def test_sigkill_at_chosen_points_then_resume(tmp_path, fake_runner, monkeypatch, capsys):
+    """kill -9 the sweep process before, inside and at the end of a cell, rerun:
+    every cell once, the same table as an uninterrupted run."""
     grid = {"model.num_layers": [1, 2, 3, 4], "model.residual": ["diffusion", "wave"], "train.seed": [0, 1]}
-    path = write_sweep(tmp_path, grid=grid, sett={"train.epochs": 5})  # ~0.15 s per cell
+    path = write_sweep(tmp_path, grid=grid, sett={"train.epochs": 5})
     out = tmp_path / "out"
-    rng = random.Random(1234)
-    kills, seen, mid_cell = 0, [], 0
-    for _ in range(5):
+    for plan, complete, half_cell in KILLS:
+        monkeypatch.setenv(KILL_ENV, plan)
         proc = _forked_cli(path)
-        deadline = time.time() + 30
-        while not (out / "sweep.json").exists() and proc.is_alive() and time.time() < deadline:
-            time.sleep(0.005)
-        time.sleep(rng.uniform(0.0, 0.5))
-        if proc.is_alive():
-            os.kill(proc.pid, signal.SIGKILL)
-            kills += 1
-        proc.join()
-        # after any kill the store holds only complete cells
-        if (out / "cells").exists():
-            seen.append(len(store_listing(out)))
-        mid_cell += (out / "tmp").is_dir() and any((out / "tmp").iterdir())
-    assert kills >= 3 and seen == sorted(seen)
-    partial = seen[-1]
-    assert partial < 16
-    assert mid_cell >= 1  # killed inside a cell at least once
+        proc.join(timeout=120)
+        assert proc.exitcode == -signal.SIGKILL, plan
+        assert len(store_listing(out)) == complete, plan  # only complete cells, each whole
+        left = sorted(p.name.split(".")[0] for p in (out / "tmp").iterdir())
+        assert len(left) == (1 if half_cell else 0), (plan, left)  # the rerun cleaned the earlier ones
+    monkeypatch.delenv(KILL_ENV)
     capsys.readouterr()
     assert _cli(path) == 0
-    assert f"ran {16 - partial}, already done {partial}" in capsys.readouterr().out
+    assert "ran 10, already done 6" in capsys.readouterr().out
     listing = store_listing(out)
     assert len(listing) == 16 and len({json.dumps(p, sort_keys=True) for p, _ in listing.values()}) == 16
     assert not any((out / "tmp").iterdir())  # the killed runs' temporary folders are gone
