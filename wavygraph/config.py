@@ -14,7 +14,8 @@ resolved against the working directory of the process that uses them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+import inspect
+from dataclasses import dataclass, field, fields
 from typing import Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
@@ -24,11 +25,13 @@ from wavygraph.nn.functional import KERNELS, QK_NORMS
 from wavygraph.nn.joint import ACTIVATIONS
 from wavygraph.data.csbm import CSBM_PRESETS
 from wavygraph.nn.fused import STEP_IMPLS
-from wavygraph.nn.model import FORCE_SCALES, MOMENTUM_NORMS, NORMS
+from wavygraph.nn.model import FORCE_SCALES, MOMENTUM_NORMS, NORMS, WavyDIFFormer
 from wavygraph.nn.steppers import STEPPERS
 
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")
+#: ``model.arch``: the WavyDIFFormer or a PyG baseline (see :mod:`wavygraph.train.models`).
+ARCHS = ("wavy", "gcn", "mlp", "gcnii", "sgformer")
 
 
 class ConfigError(ValueError):
@@ -87,6 +90,18 @@ class ModelConfig:
     norm: str = "layer"
     featscale: bool = False
     step_impl: str = "eager"  # or "compile": torch.compile the step + LayerNorm (same results)
+    # model.arch and the baselines' own options (wavygraph/train/models.py). A baseline takes
+    # num_layers, hidden_channels and dropout (sgformer also heads) and its own keys below;
+    # any other model key set away from its default is an error for it.
+    arch: str = "wavy"  # wavy (WavyDIFFormer), gcn, mlp, gcnii or sgformer
+    gcnii_alpha: float = 0.1  # initial-residual weight (PyG's GCNII example)
+    gcnii_theta: float = 0.5  # identity-map strength, beta_l = log(theta / l + 1)
+    gcnii_shared_weights: bool = True
+    gcnii_conv_weight_decay: Optional[float] = 0.01  # on the GCN2Conv weights (null: train.weight_decay)
+    sgformer_trans_layers: int = 1  # attention layers; model.num_layers counts the GCN branch's layers
+    sgformer_trans_dropout: float = 0.2
+    sgformer_graph_weight: float = 0.8  # output = w * GCN branch + (1 - w) * attention branch
+    sgformer_trans_weight_decay: Optional[float] = 0.001  # on the attention branch (null: train.weight_decay)
 
 
 @dataclass
@@ -127,6 +142,70 @@ def _one_line(exc: BaseException) -> str:
     return first
 
 
+_COMMON_KEYS = ("arch", "num_layers", "hidden_channels", "dropout")
+_BASELINE_KEYS = {
+    "gcn": (),
+    "mlp": (),
+    "gcnii": ("gcnii_alpha", "gcnii_theta", "gcnii_shared_weights", "gcnii_conv_weight_decay"),
+    "sgformer": ("heads", "sgformer_trans_layers", "sgformer_trans_dropout", "sgformer_graph_weight",
+                 "sgformer_trans_weight_decay"),
+}
+
+
+def wavy_model_keys() -> tuple[str, ...]:
+    """The ``model`` keys that are arguments of :class:`WavyDIFFormer` (read from its signature)."""
+    params = inspect.signature(WavyDIFFormer.__init__).parameters
+    return tuple(f.name for f in fields(ModelConfig) if f.name in params)
+
+
+def arch_keys(arch: str) -> tuple[str, ...]:
+    """The ``model`` keys that ``model.arch=arch`` uses."""
+    if arch == "wavy":  # every key but the baselines' own (a new wavy key needs no listing)
+        own = {k for keys in _BASELINE_KEYS.values() for k in keys if k.split("_")[0] in _BASELINE_KEYS}
+        return tuple(f.name for f in fields(ModelConfig) if f.name not in own)
+    return _COMMON_KEYS + _BASELINE_KEYS[arch]
+
+
+def _check_arch(m: DictConfig) -> None:
+    """A model key set away from its default that ``m.arch`` does not use is an error."""
+    used = set(arch_keys(m.arch))
+    for f in fields(ModelConfig):
+        if f.name not in used and m[f.name] != f.default:
+            users = [a for a in ARCHS if f.name in arch_keys(a)]
+            raise ConfigError(f"model.{f.name}={m[f.name]!r} does not apply to model.arch={m.arch} "
+                              f"(only to {', '.join(users)}); remove it")
+
+
+def _reset_recipe_keys(cfg: DictConfig, loaded: DictConfig | None, overrides: Sequence[str]) -> None:
+    """A file without ``model.arch`` is a recipe for the wavy model: when an
+    override picks a baseline, the file's model keys the baseline does not
+    use go back to their defaults (keys given as overrides are checked as given)."""
+    model = loaded.get("model") if loaded is not None else None
+    if not isinstance(model, DictConfig) or "arch" in model or cfg.model.arch not in _BASELINE_KEYS:
+        return
+    given = {item.split("=", 1)[0].strip() for item in overrides}
+    defaults, used = ModelConfig(), set(arch_keys(cfg.model.arch))
+    for key in model:
+        if key not in used and f"model.{key}" not in given and hasattr(defaults, key):
+            cfg.model[key] = getattr(defaults, key)
+
+
+def _check_baseline_keys(m: DictConfig) -> None:
+    if not 0.0 <= m.gcnii_alpha <= 1.0:
+        raise ConfigError(f"model.gcnii_alpha={m.gcnii_alpha!r} must lie in [0, 1]")
+    if m.gcnii_theta <= 0:
+        raise ConfigError(f"model.gcnii_theta={m.gcnii_theta!r} must be > 0")
+    if m.sgformer_trans_layers < 1:
+        raise ConfigError(f"model.sgformer_trans_layers={m.sgformer_trans_layers!r} must be >= 1")
+    if not 0.0 <= m.sgformer_trans_dropout < 1.0:
+        raise ConfigError(f"model.sgformer_trans_dropout={m.sgformer_trans_dropout!r} must lie in [0, 1)")
+    if not 0.0 <= m.sgformer_graph_weight <= 1.0:
+        raise ConfigError(f"model.sgformer_graph_weight={m.sgformer_graph_weight!r} must lie in [0, 1]")
+    for key in ("gcnii_conv_weight_decay", "sgformer_trans_weight_decay"):
+        if m[key] is not None and m[key] < 0:
+            raise ConfigError(f"model.{key}={m[key]!r} must be >= 0 or null")
+
+
 def _check(cfg: DictConfig) -> None:
     def choice(key: str, value, choices) -> None:
         if value not in choices:
@@ -147,6 +226,9 @@ def _check(cfg: DictConfig) -> None:
     choice("model.force_scale", m.force_scale, FORCE_SCALES)
     choice("model.norm", m.norm, tuple(NORMS))
     choice("model.step_impl", m.step_impl, STEP_IMPLS)
+    choice("model.arch", m.arch, ARCHS)
+    _check_arch(m)
+    _check_baseline_keys(m)
     choice("data.csbm.preset", cfg.data.csbm.preset, tuple(CSBM_PRESETS))
     for key in ("num_layers", "hidden_channels", "heads"):
         positive(f"model.{key}", m[key])
@@ -188,6 +270,7 @@ def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:
     with a one-line message on any problem.
     """
     cfg = OmegaConf.structured(Config)
+    loaded = None
     try:
         if path is not None:
             if not os.path.isfile(path):
@@ -218,6 +301,7 @@ def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:
         raise ConfigError(msg) from None
     except Exception as exc:  # e.g. a malformed dotlist entry
         raise ConfigError(_one_line(exc)) from None
+    _reset_recipe_keys(cfg, loaded, overrides)
     _check(cfg)
     return cfg
 

@@ -92,7 +92,8 @@ def load_results(out_dir: str | os.PathLike, records: Sequence[dict] | None = No
             value = rec["params"].get(key, _get(cfg, key))
             row[key] = value
         row["depth"] = _get(cfg, "model.num_layers")
-        row["residual"] = _get(cfg, "model.residual")
+        arch = _get(cfg, "model.arch", "wavy")  # a baseline (gcn, gcnii, ...) is its own column
+        row["residual"] = _get(cfg, "model.residual") if arch == "wavy" else arch
         row["seed"] = _get(cfg, "train.seed")
         row["dataset"] = _get(cfg, "data.name")
         metric = metrics.get("metric")

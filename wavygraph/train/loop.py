@@ -42,6 +42,7 @@ from wavygraph.nn import WavyDIFFormer, gcn_adjacency
 
 from . import distributed as dist_utils
 from .files import atomic_torch_save, atomic_write_json, atomic_write_text
+from .models import build_model, param_groups
 from .resume import checkpoint_path, load_checkpoint, rng_state, set_rng_state
 
 try:
@@ -69,12 +70,6 @@ def resolve_device(name: str) -> torch.device:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"train.device={name!r} but CUDA is not available; use train.device=cpu")
     return device
-
-
-def build_model(cfg: DictConfig, data_info: DatasetInfo) -> WavyDIFFormer:
-    """The model of ``cfg.model`` sized for ``data_info``."""
-    opts = OmegaConf.to_container(cfg.model, resolve=True)
-    return WavyDIFFormer(data_info.num_features, out_channels=data_info.num_outputs, **opts)
 
 
 def _graph_input(data: Data, device: torch.device) -> tuple[Tensor, Tensor]:
@@ -246,7 +241,7 @@ def _run(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx, start: flo
         )
         if ctx.rank > 0:  # distinct dropout masks per rank; rank 0 keeps the single-process stream
             torch.manual_seed(t.seed + 7919 * ctx.rank)
-    optimizer = torch.optim.Adam(model.parameters(), lr=t.lr, weight_decay=t.weight_decay)
+    optimizer = torch.optim.Adam(param_groups(core, t.weight_decay), lr=t.lr, weight_decay=t.weight_decay)
     generator = torch.Generator().manual_seed(t.seed)
     eval_chunk = t.batch_size if t.eval_batch_size is None else t.eval_batch_size
     full_input = _graph_input(data, device) if not t.batch_size else None
@@ -344,7 +339,7 @@ def _run(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx, start: flo
         "world_size": ctx.world_size,
         "history": history,
     }
-    if t.diagnostics and layer_diagnostics is not None:
+    if t.diagnostics and layer_diagnostics is not None and isinstance(core, WavyDIFFormer):  # baselines: none
         core.eval()
         diag_data = Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes).to(device)
         try:
