@@ -1,4 +1,4 @@
-r"""Over-smoothing diagnostics, per layer (DESIGN.md section 2).
+r"""Over-smoothing diagnostics, per layer (definitions in the table below).
 
 Every measure is a plain function of one layer's hidden states ``H``
 (``(N, d)``) and is usable on its own; :func:`layer_diagnostics` evaluates all
@@ -132,7 +132,7 @@ def cosine_similarity(h: Tensor) -> float:
         \frac{\lVert\sum_i \hat h_i\rVert^2 - \sum_i \lVert\hat h_i\rVert^2}{N(N-1)}
 
     with :math:`\hat h_i = h_i/\lVert h_i\rVert` (for non-zero rows
-    :math:`\lVert\hat h_i\rVert^2 = 1`, so the numerator is DESIGN.md's
+    :math:`\lVert\hat h_i\rVert^2 = 1`, so the numerator is the usual
     :math:`\lVert\sum_i\hat h_i\rVert^2 - N`; a zero row has similarity 0 to
     every other row).
 
