@@ -24,8 +24,8 @@ def _error_line(capsys):
 @pytest.mark.parametrize(
     "args, needle",
     [
-        (["data.name=cora", "data.root={root}"], "Cora"),  # missing data set
-        (["data.name=ogbn-arxiv", "data.root={root}"], "arxiv.zip"),  # missing OGB data set
+        (["data.name=cora", "data.root={root}", "data.download=false"], "Cora"),  # missing data set
+        (["data.name=ogbn-arxiv", "data.root={root}", "data.download=false"], "arxiv.zip"),  # missing OGB data set
         (["data.name=nosuchset"], "unknown data set"),
         (["model.no_such_key=3"], "model.no_such_key"),
         (["train.epochs=many"], "train.epochs"),

@@ -11,6 +11,7 @@ import socket
 import threading
 import urllib.request
 import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -36,22 +37,27 @@ def _zip_of(folder, arcname: str) -> bytes:
 
 
 class _Server:
-    """A proxy-style HTTP server: every GET gets ``body`` (or a cut-off
-    ``body`` when ``truncate``); the requested URLs are recorded."""
+    """A proxy-style HTTP server on 127.0.0.1: a GET of a path ending in a
+    key of ``files`` gets that body (cut off halfway when ``truncate``), any
+    other GET gets 404; the requested URLs are recorded."""
 
-    def __init__(self, body: bytes, truncate: bool = False):
-        self.body, self.truncate, self.requests = body, truncate, []
+    def __init__(self, files: dict, truncate: bool = False):
+        self.files, self.truncate, self.requests = files, truncate, []
         server = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self):  # noqa: N802 (http.server's name)
                 server.requests.append(self.path)
+                body = next((b for k, b in server.files.items() if self.path.endswith(k)), None)
+                if body is None:
+                    self.send_error(404)
+                    return
                 self.send_response(200)
-                self.send_header("Content-Type", "application/zip")
-                self.send_header("Content-Length", str(len(server.body)))
+                self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
-                cut = len(server.body) // 2 if server.truncate else len(server.body)
-                self.wfile.write(server.body[:cut])
+                if self.command == "HEAD":
+                    return
+                self.wfile.write(body[: len(body) // 2] if server.truncate else body)
                 self.wfile.flush()
                 if server.truncate:
                     self.connection.shutdown(socket.SHUT_RDWR)
@@ -109,12 +115,12 @@ def _leftovers(root):
 def test_ogb_downloads_through_its_own_loader(tmp_path, monkeypatch, arxiv_zip, ogb_root):
     _no_prompt(monkeypatch)
     root = tmp_path / "data"
-    with _Server(arxiv_zip) as server:
+    with _Server({"arxiv.zip": arxiv_zip}) as server:
         _proxy(monkeypatch, server.url)
         data, info = load_dataset("ogbn-arxiv", str(root))
-        assert server.requests == [ARXIV_URL]  # OGB's own URL, through the proxy
+        assert [r for r in server.requests] == [ARXIV_URL]  # OGB's own URL, through the proxy
         again, _ = load_dataset("ogbn-arxiv", str(root))  # present now: no second download
-        assert server.requests == [ARXIV_URL]
+        assert [r for r in server.requests] == [ARXIV_URL]
     folder = root / "ogbn_arxiv"
     assert (folder / "processed" / "geometric_data_processed.pt").exists()
     assert (folder / "RELEASE_v1.txt").exists() and not (root / "arxiv.zip").exists()
@@ -131,7 +137,7 @@ def test_outdated_folder_is_replaced_without_a_prompt(tmp_path, monkeypatch, arx
     root = tmp_path / "data"
     (root / "ogbn_arxiv" / "raw").mkdir(parents=True)
     (root / "ogbn_arxiv" / "raw" / "stale.txt").write_text("old")
-    with _Server(arxiv_zip) as server:
+    with _Server({"arxiv.zip": arxiv_zip}) as server:
         _proxy(monkeypatch, server.url)
         data, _ = load_dataset("ogbn-arxiv", str(root))
     assert data.num_nodes == 120 and not (root / "ogbn_arxiv" / "raw" / "stale.txt").exists()
@@ -142,7 +148,7 @@ def test_interrupted_download_leaves_nothing(tmp_path, monkeypatch, arxiv_zip):
     _no_prompt(monkeypatch)
     root = tmp_path / "data"
     root.mkdir()
-    with _Server(arxiv_zip, truncate=True) as server:
+    with _Server({"arxiv.zip": arxiv_zip}, truncate=True) as server:
         _proxy(monkeypatch, server.url)
         with pytest.raises(DatasetNotFoundError) as err:
             load_dataset("ogbn-arxiv", str(root))
@@ -156,7 +162,7 @@ def test_failed_processing_of_a_download_leaves_nothing(tmp_path, monkeypatch, o
     (ogb_root / "ogbn_arxiv" / "raw" / "node-feat.csv.gz").write_bytes(b"not gzip")
     body = _zip_of(ogb_root / "ogbn_arxiv", "arxiv")
     root = tmp_path / "data"
-    with _Server(body) as server:
+    with _Server({"arxiv.zip": body}) as server:
         _proxy(monkeypatch, server.url)
         with pytest.raises(WavygraphDataError, match="ogbn-arxiv: OGB could not process the download"):
             load_dataset("ogbn-arxiv", str(root))
@@ -184,3 +190,33 @@ def test_cli_one_line_error_and_exit_2(tmp_path, monkeypatch, capsys, download, 
                f"out_dir={tmp_path / 'runs'}", "train.epochs=1", "train.progress=false"])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and needle in err[0] and "arxiv.zip" in err[0]
+
+
+def test_pyg_downloads_through_its_own_code(tmp_path, monkeypatch):
+    """Planetoid's own ``download`` (fsspec over http), pointed at the loopback server."""
+    from torch_geometric.datasets import Planetoid
+
+    shared = Path("/work/shared/data/planetoid/Cora/raw")
+    if not shared.is_dir():
+        pytest.skip("shared Cora raw files not available")
+    files = {f"/planetoid/{p.name}": p.read_bytes() for p in shared.iterdir()}
+    root = tmp_path / "data"
+    with _Server(files) as server:
+        monkeypatch.setattr(Planetoid, "url", f"{server.url}/planetoid")
+        data, info = load_dataset("cora", str(root))
+        assert {f"/planetoid/{p.name}" for p in shared.iterdir()} <= set(server.requests)
+    assert data.num_nodes == 2708 and info.num_outputs == 7
+    assert (root / "Cora" / "processed").is_dir() and _leftovers(root) == []
+
+
+def test_interrupted_pyg_download_leaves_nothing(tmp_path, monkeypatch):
+    from torch_geometric.datasets import Planetoid
+
+    root = tmp_path / "data"
+    root.mkdir()
+    with _Server({"ind.cora.x": b"x" * 1000}) as server:  # the other files: 404
+        monkeypatch.setattr(Planetoid, "url", f"{server.url}/planetoid")
+        with pytest.raises(DatasetNotFoundError) as err:
+            load_dataset("cora", str(root))
+    assert "without a network" in str(err.value) and "Cora" in str(err.value)
+    assert os.listdir(root) == []

@@ -14,6 +14,7 @@ from wavygraph.data.pyg import random_split_masks
 PROTEINS_SMALL = dict(preset="proteins", num_nodes=400, avg_degree=30.0)
 
 
+@pytest.mark.slow
 def test_arxiv_preset_has_ogbn_arxiv_shape():
     data, info = load_dataset("csbm", preset="arxiv")
     assert data.num_nodes == 169_343 and data.x.shape[1] == 128 and info.num_outputs == 40
