@@ -19,8 +19,6 @@ score (early model selection); that epoch's weights are the checkpoint.
 """
 from __future__ import annotations
 
-import copy
-import math
 import os
 import random
 import resource
@@ -39,11 +37,11 @@ from tqdm.auto import tqdm
 from wavygraph.config import ConfigError, to_yaml
 from wavygraph.data import DatasetInfo, InvalidDataError, induced_subgraph, load_dataset, node_chunks, random_partition
 from wavygraph.nn import WavyDIFFormer, gcn_adjacency
+from wavygraph.utils import atomic_torch_save, atomic_write_json, atomic_write_text
 
 from . import distributed as dist_utils
-from .files import atomic_torch_save, atomic_write_json, atomic_write_text
 from .models import build_model, param_groups
-from .resume import checkpoint_path, load_checkpoint, rng_state, set_rng_state
+from .resume import TrainState, restore, save_checkpoint
 
 try:
     from wavygraph.diagnostics import layer_diagnostics
@@ -229,11 +227,12 @@ def run(cfg: DictConfig) -> dict:
         dist_utils.teardown(ctx)
 
 
-def _run(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx, start: float) -> dict:
+def _setup_model(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx):
+    """The model to train (wrapped in DDP when distributed), the unwrapped
+    model (evaluation, checkpoints) and the optimiser."""
     t = cfg.train
     model = build_model(cfg, info).to(device)
-    num_params = sum(p.numel() for p in model.parameters())
-    core = model  # the unwrapped model: evaluation, checkpoints
+    core = model
     if ctx.enabled:
         unused = _find_unused(model, data, device)
         model = torch.nn.parallel.DistributedDataParallel(
@@ -242,86 +241,95 @@ def _run(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx, start: flo
         if ctx.rank > 0:  # distinct dropout masks per rank; rank 0 keeps the single-process stream
             torch.manual_seed(t.seed + 7919 * ctx.rank)
     optimizer = torch.optim.Adam(param_groups(core, t.weight_decay), lr=t.lr, weight_decay=t.weight_decay)
-    generator = torch.Generator().manual_seed(t.seed)
-    eval_chunk = t.batch_size if t.eval_batch_size is None else t.eval_batch_size
-    full_input = _graph_input(data, device) if not t.batch_size else None
-    config_dict = OmegaConf.to_container(cfg, resolve=True)
+    return model, core, optimizer
 
+
+def _run(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx, start: float) -> dict:
+    """Set up (or restore from ``checkpoint.pt``), train, and finish on rank 0."""
+    model, core, optimizer = _setup_model(cfg, data, info, device, ctx)
+    generator = torch.Generator().manual_seed(cfg.train.seed)
+    config = OmegaConf.to_container(cfg, resolve=True)
     out_dir = str(cfg.out_dir)
-    ckpt_file = checkpoint_path(out_dir)
-    best = {"val": -math.inf, "test": float("nan"), "train": float("nan"), "epoch": 0}
-    best_state = copy.deepcopy(core.state_dict())
-    history: list[dict] = []
-    since_best = 0
-    epoch_seconds: list[float] = []
-    start_epoch, stopped = 0, False
-    ckpt = load_checkpoint(ckpt_file, config_dict, ctx.world_size) if t.resume else None
-    if ckpt is not None:
-        core.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        set_rng_state(ckpt["rng"][ctx.rank], generator)
-        best, best_state, history = ckpt["best"], ckpt["best_state"], ckpt["history"]
-        since_best, epoch_seconds = ckpt["since_best"], ckpt["epoch_seconds"]
-        start_epoch, stopped = ckpt["epoch"], ckpt["stopped"]
-        if ctx.is_main:
-            print(f"wavygraph: resuming {out_dir} after epoch {start_epoch}", file=sys.stderr, flush=True)
-    elif t.resume and ctx.is_main:
-        print(f"wavygraph: no checkpoint in {out_dir}; starting from epoch 1", file=sys.stderr, flush=True)
+    state = restore(cfg.train, out_dir, config, core, optimizer, generator, ctx)
     if ctx.is_main:
         os.makedirs(out_dir, exist_ok=True)
         atomic_write_text(os.path.join(out_dir, "config.yaml"), to_yaml(cfg))
 
-    def save_checkpoint(epoch: int, done: bool) -> None:
-        rngs = dist_utils.gather(rng_state(generator), ctx)  # every rank joins
-        if not ctx.is_main:
-            return
-        state = {
-            "config": config_dict,
-            "epoch": epoch,
-            "stopped": done,
-            "model": core.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "rng": rngs,
-            "best": best,
-            "best_state": best_state,
-            "history": history,
-            "since_best": since_best,
-            "epoch_seconds": epoch_seconds,
-        }
-        atomic_torch_save(state, ckpt_file)
+    def checkpoint() -> None:
+        save_checkpoint(state, out_dir, config, core, optimizer, generator, ctx, dist_utils.gather)
 
-    bar = tqdm(range(start_epoch + 1, t.epochs + 1), desc=f"{info.name} {cfg.model.residual} L{cfg.model.num_layers}",
-               disable=not t.progress or not ctx.is_main or stopped, file=sys.stderr, dynamic_ncols=True,
-               initial=start_epoch, total=t.epochs)
-    epoch = start_epoch
-    for epoch in ([] if stopped else bar):
+    _train_epochs(cfg, model, core, optimizer, data, info, device, ctx, generator, state, checkpoint)
+    if not ctx.is_main:
+        return {}
+    return _finish(cfg, core, data, info, device, ctx, state, config, start)
+
+
+def _train_epochs(cfg: DictConfig, model, core, optimizer, data: Data, info: DatasetInfo, device, ctx,
+                  generator: torch.Generator, state: TrainState, checkpoint) -> None:
+    """Epochs ``state.epoch + 1, ..., train.epochs`` (none when ``state``
+    had stopped), until early stopping; ``state`` is updated in place and
+    ``checkpoint()`` called every ``train.checkpoint_every`` epochs and at the end."""
+    t = cfg.train
+    eval_chunk = t.batch_size if t.eval_batch_size is None else t.eval_batch_size
+    full_input = _graph_input(data, device) if not t.batch_size else None
+    bar = tqdm(range(state.epoch + 1, t.epochs + 1), desc=f"{info.name} {cfg.model.residual} L{cfg.model.num_layers}",
+               disable=not t.progress or not ctx.is_main or state.stopped, file=sys.stderr, dynamic_ncols=True,
+               initial=state.epoch, total=t.epochs)
+    for epoch in ([] if state.stopped else bar):
         tick = time.time()
         loss = train_epoch(model, optimizer, data, info, t.batch_size, device, generator, full_input, ctx)
-        epoch_seconds.append(time.time() - tick)
+        state.epoch_seconds.append(time.time() - tick)
+        state.epoch = epoch
         stop = False
         if not (epoch % t.eval_every and epoch != t.epochs):
-            if ctx.is_main:
-                scores = evaluate(core, data, info, eval_chunk, device)
-                history.append({"epoch": epoch, "loss": loss, **scores})
-                if scores["val"] > best["val"]:
-                    best = {"val": scores["val"], "test": scores["test"], "train": scores["train"], "epoch": epoch}
-                    best_state = copy.deepcopy(core.state_dict())
-                    since_best = 0
-                else:
-                    since_best += 1
-                bar.set_postfix(loss=f"{loss:.3f}", val=f"{scores['val']:.4f}", best_val=f"{best['val']:.4f}",
-                                test=f"{best['test']:.4f}")
-                stop = bool(t.patience and since_best >= t.patience)
-            stop = dist_utils.broadcast_flag(stop, ctx, device)
-        if t.checkpoint_every and (epoch % t.checkpoint_every == 0 or stop or epoch == t.epochs):
-            save_checkpoint(epoch, stop or epoch == t.epochs)
+            stop = _evaluate_epoch(cfg, core, data, info, device, ctx, state, loss, eval_chunk, bar)
+        done = stop or epoch == t.epochs
+        if t.checkpoint_every and (epoch % t.checkpoint_every == 0 or done):
+            state.stopped = done
+            checkpoint()
         if stop:
             break
     bar.close()
-    if not ctx.is_main:
-        return {}
 
-    core.load_state_dict(best_state)
+
+def _evaluate_epoch(cfg: DictConfig, core, data: Data, info: DatasetInfo, device, ctx, state: TrainState,
+                    loss: float, eval_chunk, bar) -> bool:
+    """Evaluate on rank 0 and record the scores in ``state``; returns whether
+    to stop early (broadcast, so every rank agrees)."""
+    stop = False
+    if ctx.is_main:
+        scores = evaluate(core, data, info, eval_chunk, device)
+        state.history.append({"epoch": state.epoch, "loss": loss, **scores})
+        state.observe(state.epoch, scores, core)
+        bar.set_postfix(loss=f"{loss:.3f}", val=f"{scores['val']:.4f}", best_val=f"{state.best['val']:.4f}",
+                        test=f"{state.best['test']:.4f}")
+        stop = bool(cfg.train.patience and state.since_best >= cfg.train.patience)
+    return dist_utils.broadcast_flag(stop, ctx, device)
+
+
+def _diagnostics(cfg: DictConfig, core, data: Data, device) -> dict | None:
+    """The per-layer diagnostics of ``core`` (``train.diagnostics``; none for
+    the baselines), or ``None``; a failing measure only warns."""
+    if not (cfg.train.diagnostics and layer_diagnostics is not None and isinstance(core, WavyDIFFormer)):
+        return None
+    core.eval()
+    diag_data = Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes).to(device)
+    try:
+        with torch.no_grad():
+            diag = layer_diagnostics(core, diag_data)
+    except Exception as exc:  # a failing measure must not lose the trained run
+        print(f"wavygraph: warning: diagnostics failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return None
+    return {k: [float(v) for v in vals] for k, vals in diag.items()}
+
+
+def _finish(cfg: DictConfig, core, data: Data, info: DatasetInfo, device, ctx, state: TrainState, config: dict,
+            start: float) -> dict:
+    """Load the best weights into ``core``, write ``model.pt`` and
+    ``metrics.json``; returns the metrics."""
+    out_dir = str(cfg.out_dir)
+    best = state.best
+    core.load_state_dict(state.best_state)
     metrics = {
         "dataset": info.name,
         "metric": info.metric,
@@ -329,28 +337,22 @@ def _run(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx, start: flo
         "test": best["test"],
         "train": best["train"],
         "best_epoch": best["epoch"],
-        "epochs": epoch,
+        "epochs": state.epoch,
         "seconds": None,
-        "seconds_per_epoch": float(np.mean(epoch_seconds)) if epoch_seconds else None,
-        "num_params": num_params,
+        "seconds_per_epoch": float(np.mean(state.epoch_seconds)) if state.epoch_seconds else None,
+        "num_params": sum(p.numel() for p in core.parameters()),
         "peak_memory_mb": None,
         "residual": cfg.model.residual,
         "num_layers": cfg.model.num_layers,
         "world_size": ctx.world_size,
-        "history": history,
+        "history": state.history,
     }
-    if t.diagnostics and layer_diagnostics is not None and isinstance(core, WavyDIFFormer):  # baselines: none
-        core.eval()
-        diag_data = Data(x=data.x, edge_index=data.edge_index, y=data.y, num_nodes=data.num_nodes).to(device)
-        try:
-            with torch.no_grad():
-                diag = layer_diagnostics(core, diag_data)
-            metrics["diagnostics"] = {k: [float(v) for v in vals] for k, vals in diag.items()}
-        except Exception as exc:  # a failing measure must not lose the trained run
-            print(f"wavygraph: warning: diagnostics failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+    diagnostics = _diagnostics(cfg, core, data, device)
+    if diagnostics is not None:
+        metrics["diagnostics"] = diagnostics
     checkpoint = {
-        "state_dict": best_state,
-        "config": config_dict,
+        "state_dict": state.best_state,
+        "config": config,
         "info": {k: v for k, v in asdict(info).items() if k != "extra"},
         "epoch": best["epoch"],
         "best_val": best["val"],

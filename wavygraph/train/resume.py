@@ -9,14 +9,18 @@ A CPU run resumed from it ends with the same scores as an uninterrupted run.
 """
 from __future__ import annotations
 
+import copy
+import math
 import os
 import random
+import sys
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
 from wavygraph.config import ConfigError
-from wavygraph.utils import flatten
+from wavygraph.utils import atomic_torch_save, flatten
 
 CHECKPOINT = "checkpoint.pt"
 #: Keys that may differ between the run that wrote a checkpoint and the one resuming it.
@@ -79,3 +83,63 @@ def load_checkpoint(path: str, config: dict, world_size: int) -> dict | None:
             "resume with the same number of processes"
         )
     return ckpt
+
+
+@dataclass
+class TrainState:
+    """What the epoch loop carries from one epoch to the next (and what a
+    checkpoint restores): the best-so-far scores (``val``, ``test``,
+    ``train``, ``epoch``) and weights, the evaluation history, the
+    early-stopping counter, the seconds of every epoch, the last finished
+    epoch and whether training had stopped."""
+
+    best: dict = field(default_factory=lambda: {"val": -math.inf, "test": float("nan"), "train": float("nan"),
+                                                "epoch": 0})
+    best_state: dict | None = None
+    history: list = field(default_factory=list)
+    since_best: int = 0
+    epoch_seconds: list = field(default_factory=list)
+    epoch: int = 0
+    stopped: bool = False
+
+    def observe(self, epoch: int, scores: dict, model: torch.nn.Module) -> None:
+        """Record an evaluation; keep the weights when the validation score improved."""
+        if scores["val"] > self.best["val"]:
+            self.best = {"val": scores["val"], "test": scores["test"], "train": scores["train"], "epoch": epoch}
+            self.best_state = copy.deepcopy(model.state_dict())
+            self.since_best = 0
+        else:
+            self.since_best += 1
+
+
+_STATE_KEYS = ("best", "best_state", "history", "since_best", "epoch_seconds", "epoch", "stopped")
+
+
+def restore(train_cfg, out_dir: str, config: dict, model: torch.nn.Module, optimizer, generator: torch.Generator,
+            ctx) -> TrainState:
+    """A fresh :class:`TrainState` (best weights: the initial ones), or, with
+    ``train.resume`` and a checkpoint in ``out_dir``, the checkpoint's state
+    with the model, optimizer and this rank's RNGs loaded from it."""
+    ckpt = load_checkpoint(checkpoint_path(out_dir), config, ctx.world_size) if train_cfg.resume else None
+    if ckpt is None:
+        if train_cfg.resume and ctx.is_main:
+            print(f"wavygraph: no checkpoint in {out_dir}; starting from epoch 1", file=sys.stderr, flush=True)
+        return TrainState(best_state=copy.deepcopy(model.state_dict()))
+    model.load_state_dict(ckpt["model"])
+    optimizer.load_state_dict(ckpt["optimizer"])
+    set_rng_state(ckpt["rng"][ctx.rank], generator)
+    if ctx.is_main:
+        print(f"wavygraph: resuming {out_dir} after epoch {ckpt['epoch']}", file=sys.stderr, flush=True)
+    return TrainState(**{key: ckpt[key] for key in _STATE_KEYS})
+
+
+def save_checkpoint(state: TrainState, out_dir: str, config: dict, model: torch.nn.Module, optimizer,
+                    generator: torch.Generator, ctx, gather) -> None:
+    """Write ``out_dir/checkpoint.pt`` atomically (rank 0); every rank must
+    call it, as ``gather`` collects the RNG states of all ranks."""
+    rngs = gather(rng_state(generator), ctx)
+    if not ctx.is_main:
+        return
+    ckpt = {"config": config, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rngs,
+            **{key: getattr(state, key) for key in _STATE_KEYS}}
+    atomic_torch_save(ckpt, checkpoint_path(out_dir))
