@@ -50,21 +50,21 @@ def main() -> None:
           f"hidden {args.hidden}, dropout {args.dropout}, step_impl {args.step_impl}, "
           f"ms per epoch over {args.reps} epochs")
     epochs = {r: build(r, data, args, args.step_impl) for r in args.residuals}
-    for r in args.residuals:  # the light-wave step as the unfused composition, for comparison
-        if r == "light_wave" and args.step_impl == "eager" and not args.no_timing:
-            from wavygraph.nn import fused
+    for r in args.residuals:  # the joint light-wave step as the unfused composition, for comparison
+        if r == "light_wave_joint" and args.step_impl == "eager" and not args.no_timing:
+            from wavygraph.nn import JointLightWaveStepper
 
-            fused_fn = fused.light_wave_joint_layer_norm
+            fused_fn = JointLightWaveStepper._fused
             plain = build(r, data, args, args.step_impl)
 
             def composed(plain=plain):
-                fused.light_wave_joint_layer_norm = lambda state, force, stepper, norm: norm(*stepper(state, force))
+                JointLightWaveStepper._fused = lambda self, state, force, norm: norm(*self(state, force))
                 try:
                     plain()
                 finally:
-                    fused.light_wave_joint_layer_norm = fused_fn
+                    JointLightWaveStepper._fused = fused_fn
 
-            epochs["light_wave (unfused step)"] = composed
+            epochs["light_wave_joint (unfused step)"] = composed
     if args.no_timing:
         for fn in epochs.values():  # warm-up (compiles, Adam state)
             fn()

@@ -14,12 +14,12 @@ def test_defaults_match_dataclasses():
 def test_precedence_defaults_yaml_overrides(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("model:\n  num_layers: 5\n  hidden_channels: 16\ntrain:\n  lr: 0.5\n")
-    cfg = load_config(str(path), ["model.num_layers=7", "train.batch_size=100", "model.lam0=0.3"])
+    cfg = load_config(str(path), ["model.num_layers=7", "train.batch_size=100", "model.residual=mix", "model.residual_options.lam0=0.3"])
     assert cfg.model.num_layers == 7  # override beats YAML
     assert cfg.model.hidden_channels == 16  # YAML beats default
     assert cfg.train.lr == 0.5
     assert cfg.train.batch_size == 100
-    assert cfg.model.lam0 == pytest.approx(0.3)
+    assert cfg.model.residual_options.lam0 == pytest.approx(0.3)
     assert cfg.model.dropout == Config().model.dropout  # default kept
 
 

@@ -13,10 +13,12 @@ resolved against the working directory of the process that uses them.
 """
 from __future__ import annotations
 
+import importlib
 import os
+import sys
 import inspect
 from dataclasses import dataclass, field, fields
-from typing import Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -25,8 +27,8 @@ from wavygraph.nn.functional import KERNELS, QK_NORMS
 from wavygraph.nn.joint import ACTIVATIONS
 from wavygraph.data.csbm import CSBM_PRESETS
 from wavygraph.nn.fused import STEP_IMPLS
-from wavygraph.nn.model import FORCE_SCALES, MOMENTUM_NORMS, NORMS, WavyDIFFormer
-from wavygraph.nn.steppers import STEPPERS
+from wavygraph.nn.model import DROPOUT_AT, FORCE_SCALES, NORMS, WavyDIFFormer
+from wavygraph.nn.steppers import STEPPERS, make_stepper
 
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")
@@ -73,19 +75,22 @@ class ModelConfig:
 
     num_layers: int = 3
     hidden_channels: int = 64
-    residual: str = "diffusion"
+    residual: str = "diffusion"  # a registered kind: wavygraph.nn.STEPPERS (plugins: the top-level `imports`)
+    residual_options: Dict[str, Any] = field(default_factory=dict)  # the kind's options, e.g. {lam0: 0.5}
     heads: int = 1
     kernel: str = "simple"
-    qk_norm: str = "global"
+    qk_norm: Optional[str] = None  # None: the kernel's own (global for simple, none for sigmoid)
     use_graph: bool = True
     graph_weight: Optional[float] = None
+    value_proj: bool = True  # false: values = the layer input (DIFFormer's --use_weight off)
+    input_norm: bool = True  # LayerNorm after the input layer (DIFFormer's --use_bn)
+    source: bool = False  # add x_0 to every layer before its norm (DIFFormer's --use_source)
     tau: float = 0.5
     dropout: float = 0.2
     layer_dropout: Optional[float] = None  # None: same as dropout
+    dropout_at: str = "state"  # "state" (DIFFormer) or "force" (the Wavy authors: attention output, FFN branches)
     ffn: bool = False
     ffn_activation: str = "gelu"
-    lam0: Optional[float] = None
-    momentum_norm: str = "joint"
     force_scale: str = "fixed"
     norm: str = "layer"
     featscale: bool = False
@@ -130,6 +135,9 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     out_dir: str = "runs/default"
+    # Python modules imported before the config is checked, e.g. ones that
+    # register a residual kind with wavygraph.nn.register_stepper
+    imports: List[str] = field(default_factory=list)
 
 
 def _one_line(exc: BaseException) -> str:
@@ -220,9 +228,10 @@ def _check(cfg: DictConfig) -> None:
     m, t, d = cfg.model, cfg.train, cfg.data
     choice("model.residual", m.residual, tuple(STEPPERS))
     choice("model.kernel", m.kernel, KERNELS)
-    choice("model.qk_norm", m.qk_norm, QK_NORMS)
+    if m.qk_norm is not None:
+        choice("model.qk_norm", m.qk_norm, QK_NORMS)
+    choice("model.dropout_at", m.dropout_at, DROPOUT_AT)
     choice("model.ffn_activation", m.ffn_activation, ACTIVATIONS)
-    choice("model.momentum_norm", m.momentum_norm, MOMENTUM_NORMS)
     choice("model.force_scale", m.force_scale, FORCE_SCALES)
     choice("model.norm", m.norm, tuple(NORMS))
     choice("model.step_impl", m.step_impl, STEP_IMPLS)
@@ -239,8 +248,7 @@ def _check(cfg: DictConfig) -> None:
         raise ConfigError(f"model.layer_dropout={m.layer_dropout!r} must lie in [0, 1) or be null")
     if m.graph_weight is not None and not 0.0 <= m.graph_weight <= 1.0:
         raise ConfigError(f"model.graph_weight={m.graph_weight!r} must lie in [0, 1] or be null")
-    if m.lam0 is not None and not 0.0 < m.lam0 < 1.0:
-        raise ConfigError(f"model.lam0={m.lam0!r} must lie in (0, 1) or be null")
+    _check_residual_options(m)
     positive("train.epochs", t.epochs)
     positive("train.lr", t.lr)
     positive("train.weight_decay", t.weight_decay, allow_zero=True)
@@ -260,6 +268,29 @@ def _check(cfg: DictConfig) -> None:
         raise ConfigError("data.name must not be empty")
     if not str(cfg.out_dir):
         raise ConfigError("out_dir must not be empty")
+
+
+def import_modules(names: Sequence[str]) -> None:
+    """Import the modules of the config's ``imports`` (plugins that register
+    residual kinds) from the working directory or ``PYTHONPATH``; a missing
+    or failing module is a :class:`ConfigError`."""
+    if names and os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    for name in names:
+        try:
+            importlib.import_module(name)
+        except Exception as exc:
+            raise ConfigError(f"imports: cannot import {name!r} ({type(exc).__name__}: {_one_line(exc)}); "
+                              "it must be importable from the working directory or PYTHONPATH") from None
+
+
+def _check_residual_options(m: DictConfig) -> None:
+    """The kind's options, checked by building one stepper (its own messages)."""
+    options = OmegaConf.to_container(m.residual_options, resolve=True)
+    try:
+        make_stepper(m.residual, 1, **options)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"model.residual_options: {_one_line(exc)}") from None
 
 
 def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:
@@ -302,6 +333,7 @@ def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:
     except Exception as exc:  # e.g. a malformed dotlist entry
         raise ConfigError(_one_line(exc)) from None
     _reset_recipe_keys(cfg, loaded, overrides)
+    import_modules(cfg.imports)
     _check(cfg)
     return cfg
 

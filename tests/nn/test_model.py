@@ -58,25 +58,141 @@ def test_wave_model_matches_explicit_loop():
     torch.testing.assert_close(out, model.output(h), rtol=0, atol=1e-12)
 
 
-def test_light_wave_momentum_norm_state():
+def _ln(h, norm):
+    return F.layer_norm(h, (h.shape[1],), norm.weight, norm.bias, norm.eps)
+
+
+def _joint_ln(h, y, norm):
+    sigma = (h.var(dim=1, unbiased=False, keepdim=True) + norm.eps).sqrt()
+    return norm.weight * (h - h.mean(1, keepdim=True)) / sigma + norm.bias, norm.weight * y / sigma
+
+
+def _random_lams(model, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for st in model.steppers:
+            st.theta.copy_(torch.randn(st.theta.shape, generator=g, dtype=st.theta.dtype))
+
+
+def test_light_wave_model_is_the_paper(tmp_path):
+    """The paper's Light Wave, layer by layer: X^{l+1} = LN(X^l + tau F + lam (X^l - X^{l-1})),
+    X^{-1} = X^0; every hidden state compared."""
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual="light_wave", momentum_norm="state").double().eval()
+    tau = 0.4
+    model = WavyDIFFormer(5, 8, 3, num_layers=4, residual="light_wave", tau=tau).double().eval()
+    _random_lams(model)
     x = torch.randn(7, 5, dtype=torch.float64)
-    out = model(x, GRAPH)
+    out, hidden = model(x, GRAPH, return_hidden=True)
+    h = F.relu(model.input_norm(model.input(x)))
+    prev = h
+    ref_hidden = [h]
+    for i in range(4):
+        f = model.convs[i](h, GRAPH) - h
+        lam = torch.sigmoid(model.steppers[i].theta)
+        prev, h = h, _ln(h + tau * f + lam * (h - prev), model.norms[i])
+        ref_hidden.append(h)
+    for a, b in zip(hidden, ref_hidden):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out, model.output(h), rtol=0, atol=1e-12)
+
+
+def test_mix_model_is_the_authors():
+    """The authors' mix through the joint LayerNorm, layer by layer."""
+    torch.manual_seed(0)
+    tau = 0.5
+    model = WavyDIFFormer(5, 8, 3, num_layers=4, residual="mix", tau=tau).double().eval()
+    _random_lams(model)
+    x = torch.randn(7, 5, dtype=torch.float64)
+    out, hidden = model(x, GRAPH, return_hidden=True)
+    h = F.relu(model.input_norm(model.input(x)))
+    y = torch.zeros_like(h)
+    for i in range(4):
+        delta = model.convs[i](h, GRAPH) - h
+        a = torch.sigmoid(model.steppers[i].theta)
+        y = a * (tau * delta + y) + (1 - a) * delta
+        h, y = _joint_ln(tau * y + h, y, model.norms[i])
+        torch.testing.assert_close(hidden[i + 1], h, rtol=0, atol=1e-12)
+    torch.testing.assert_close(out, model.output(h), rtol=0, atol=1e-12)
+
+
+def test_light_wave_joint_model():
+    """This package's joint light wave: the displacement through the joint LayerNorm."""
+    torch.manual_seed(0)
+    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual="light_wave_joint").double().eval()
+    x = torch.randn(7, 5, dtype=torch.float64)
     h = F.relu(model.input_norm(model.input(x)))
     d = torch.zeros_like(h)
     for i in range(3):
         f = model.convs[i](h, GRAPH) - h
-        lam = model.steppers[i].lam
-        new = F.layer_norm(h + lam * d + 0.5 * f, (8,), model.norms[i].weight, model.norms[i].bias)
-        d, h = new - h, new
+        d = model.steppers[i].lam * d + 0.5 * f
+        h, d = _joint_ln(h + d, d, model.norms[i])
+    torch.testing.assert_close(model(x, GRAPH), model.output(h), rtol=0, atol=1e-12)
+
+
+def test_difformer_switches():
+    """value_proj=False (values = the layer input), input_norm=False with norm='none'
+    (DIFFormer's --use_bn off), source=True (x_0 added before each norm)."""
+    torch.manual_seed(0)
+    model = WavyDIFFormer(5, 8, 3, num_layers=3, value_proj=False, input_norm=False, norm="none",
+                          tau=1.0).double().eval()
+    assert model.input_norm is None
+    x = torch.randn(7, 5, dtype=torch.float64)
+    h = F.relu(model.input(x))
+    for conv in model.convs:  # tau = 1, no norm: x' = conv(x) (DIFFormer without --use_residual)
+        h = conv(h, GRAPH)
+    torch.testing.assert_close(model(x, GRAPH), model.output(h), rtol=0, atol=1e-12)
+
+    model = WavyDIFFormer(5, 8, 3, num_layers=3, source=True).double().eval()
+    h0 = F.relu(model.input_norm(model.input(x)))
+    h = h0
+    for conv, norm in zip(model.convs, model.norms):
+        h = _ln(0.5 * conv(h, GRAPH) + 0.5 * h + h0, norm)
+    torch.testing.assert_close(model(x, GRAPH), model.output(h), rtol=0, atol=1e-12)
+
+
+def test_dropout_at_force_is_the_authors_placement():
+    """dropout_at='force': F = dropout(conv(x)) - x, FFN branches with their own masks;
+    the state itself is never masked. Replayed with the same random numbers."""
+    torch.manual_seed(0)
+    model = WavyDIFFormer(5, 8, 3, num_layers=2, residual="wave", dropout=0.0, layer_dropout=0.5,
+                          dropout_at="force", ffn=True).double().train()
+    x = torch.randn(7, 5, dtype=torch.float64)
+    torch.manual_seed(11)
+    out = model(x, GRAPH)
+    torch.manual_seed(11)
+    h = F.relu(model.input_norm(model.input(x)))
+    y = torch.zeros_like(h)
+    for i in range(2):
+        f = F.dropout(model.convs[i](h, GRAPH), 0.5, True) - h
+        y = y + 0.5 * f
+        h, y = _joint_ln(h + 0.5 * y, y, model.norms[i])
+        fx, fy = model.ffns[i](h, y)
+        fx, fy = F.dropout(fx, 0.5, True), F.dropout(fy, 0.5, True)
+        h, y = _joint_ln(h + fx, y + fy, model.ffn_norms[i])
     torch.testing.assert_close(out, model.output(h), rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("residual", ["diffusion", "wave", "mix", "light_wave"])
-def test_deep_model_finite(residual):
+def test_state_dropout_keeps_light_wave_previous_state():
+    """dropout_at='state': a velocity shares the state's mask; light_wave's previous
+    state is the previous (already dropped) output and is not masked again."""
     torch.manual_seed(0)
-    model = WavyDIFFormer(16, 32, 4, num_layers=64, residual=residual, dropout=0.2)
+    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual="light_wave", layer_dropout=0.5).double().train()
+    x = torch.randn(7, 5, dtype=torch.float64)
+    torch.manual_seed(5)
+    out = model(x, GRAPH)
+    torch.manual_seed(5)
+    h = F.relu(model.input_norm(model.input(x)))
+    prev = h
+    for i in range(3):
+        f = model.convs[i](h, GRAPH) - h
+        new = _ln(h + 0.5 * f + model.steppers[i].lam * (h - prev), model.norms[i])
+        prev, h = h, F.dropout(new, 0.5, True)
+    torch.testing.assert_close(out, model.output(h), rtol=0, atol=1e-12)
+
+
+def test_deep_model_finite(residual_kind):
+    torch.manual_seed(0)
+    model = WavyDIFFormer(16, 32, 4, num_layers=64, residual=residual_kind, dropout=0.2)
     x = torch.randn(200, 16)
     ei = torch.randint(0, 200, (2, 800))
     out, hidden = model(x, ei, return_hidden=True)
@@ -85,6 +201,31 @@ def test_deep_model_finite(residual):
     F.cross_entropy(out, torch.randint(0, 4, (200,))).backward()
     grads = [p.grad for p in model.parameters() if p.requires_grad]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_64_layer_wave_model(dtype):
+    """A model cast to bfloat16 / float16 runs forward and backward on CPU
+    (the sparse local branch lacks those dtypes there) with finite values."""
+    torch.manual_seed(0)
+    model = WavyDIFFormer(16, 32, 4, num_layers=64, residual="wave", graph_weight=0.5).to(dtype)
+    x = torch.randn(200, 16, dtype=dtype)
+    ei = torch.randint(0, 200, (2, 800))
+    out = model(x, ei)
+    assert out.dtype == dtype and torch.isfinite(out).all()
+    F.cross_entropy(out.float(), torch.randint(0, 4, (200,))).backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
+
+
+def test_residual_options_reach_the_stepper():
+    model = WavyDIFFormer(5, 8, 3, num_layers=2, residual="mix", residual_options={"lam0": 0.25})
+    assert all(abs(st.lam0 - 0.25) < 1e-12 for st in model.steppers)
+    with pytest.raises(ValueError, match="residual 'wave' takes no option lam0"):
+        WavyDIFFormer(5, 8, 3, residual="wave", residual_options={"lam0": 0.25})
+    with pytest.raises(ValueError, match="residual_options must be a dict"):
+        WavyDIFFormer(5, 8, 3, residual="mix", residual_options=0.25)
+    with pytest.raises(ValueError, match="dropout_at.*'state', 'force'"):
+        WavyDIFFormer(5, 8, 3, dropout_at="attention")
 
 
 def test_batched_graphs_do_not_mix():
@@ -107,8 +248,6 @@ def test_repr_and_errors():
         WavyDIFFormer(10, 16, 3, residual="waves")
     with pytest.raises(ValueError, match="num_layers must be a positive integer"):
         WavyDIFFormer(10, 16, 3, num_layers=0)
-    with pytest.raises(ValueError, match="momentum_norm"):
-        WavyDIFFormer(10, 16, 3, momentum_norm="pre")
     with pytest.raises(ValueError, match="tau must be a positive number"):
         WavyDIFFormer(10, 16, 3, tau=-1.0)
     with pytest.raises(ValueError, match=r"x must have shape \(N, 10\)"):

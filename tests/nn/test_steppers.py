@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from wavygraph.nn import StepState, make_stepper
+from wavygraph.nn import StepState, Stepper, make_stepper, register_stepper, unregister_stepper
 from wavygraph.nn.steppers import STEPPERS
 
 
@@ -65,35 +65,27 @@ def test_diffusion_decays_monotonically():
 def test_light_wave_lam_one_is_leapfrog():
     K = spd_matrix()
     tau = 0.3
-    stepper = make_stepper("light_wave", 6, tau=tau, lam0=1.0).double()
-    assert torch.equal(stepper.lam, torch.ones(6, dtype=torch.float64))
-    x0 = start()
-    states = stepper.integrate(x0, lambda x: -x @ K, 10_000)
-    # leapfrog X' = 2X - X_prev + tau F with X_prev = X_0 at the start (D0 = 0)
-    prev, cur = x0, x0
-    for step in range(1, 10_001):
-        prev, cur = cur, 2 * cur - prev + tau * (-cur @ K)
-        if step % 1000 == 0:
-            torch.testing.assert_close(states[step].x, cur, rtol=1e-9, atol=1e-9)
-    # and it does not decay (a wave): amplitude at the end comparable to start
-    assert states[-1].x.norm() > 0.1 * x0.norm()
+    for name in ("light_wave", "light_wave_joint"):
+        stepper = make_stepper(name, 6, tau=tau, lam0=1.0).double()
+        assert torch.equal(stepper.lam, torch.ones(6, dtype=torch.float64))
+        x0 = start()
+        states = stepper.integrate(x0, lambda x: -x @ K, 10_000)
+        # leapfrog X' = 2X - X_prev + tau F with X_prev = X_0 at the start
+        prev, cur = x0, x0
+        for step in range(1, 10_001):
+            prev, cur = cur, 2 * cur - prev + tau * (-cur @ K)
+            if step % 1000 == 0:
+                torch.testing.assert_close(states[step].x, cur, rtol=1e-9, atol=1e-9)
+        # and it does not decay (a wave): amplitude at the end comparable to start
+        assert states[-1].x.norm() > 0.1 * x0.norm()
 
 
-def test_light_wave_lam_zero_is_diffusion():
+@pytest.mark.parametrize("name", ["light_wave", "light_wave_joint", "mix"])
+def test_lam_zero_is_diffusion_exactly(name):
     K = spd_matrix()
-    lw = make_stepper("light_wave", 6, tau=0.5, lam0=0.0).double()
+    st = make_stepper(name, 6, tau=0.5, lam0=0.0).double()
     df = make_stepper("diffusion", 6, tau=0.5).double()
-    a = lw.integrate(start(), lambda x: -x @ K, 200)
-    b = df.integrate(start(), lambda x: -x @ K, 200)
-    for s, t in zip(a, b):
-        assert torch.equal(s.x, t.x)
-
-
-def test_mix_lam_zero_is_diffusion_exactly():
-    K = spd_matrix()
-    mix = make_stepper("mix", 6, tau=0.5, lam0=0.0).double()
-    df = make_stepper("diffusion", 6, tau=0.5).double()
-    a = mix.integrate(start(), lambda x: -x @ K, 10_000)
+    a = st.integrate(start(), lambda x: -x @ K, 10_000)
     b = df.integrate(start(), lambda x: -x @ K, 10_000)
     for s, t in zip(a[::100], b[::100]):
         assert torch.equal(s.x, t.x)
@@ -103,51 +95,100 @@ def test_mix_lam_one_is_wave():
     K = spd_matrix()
     mix = make_stepper("mix", 6, tau=0.5, lam0=1.0).double()
     wave = make_stepper("wave", 6, tau=0.5).double()
-    a = mix.integrate(start(), lambda x: -x @ K, 500)
-    b = wave.integrate(start(), lambda x: -x @ K, 500)
-    torch.testing.assert_close(a[-1].x, b[-1].x, rtol=0, atol=1e-12)
+    a = mix.integrate(start(), lambda x: -x @ K, 10_000)
+    b = wave.integrate(start(), lambda x: -x @ K, 10_000)
+    for s, t in zip(a[::100], b[::100]):
+        assert torch.equal(s.x, t.x) and torch.equal(s.v, t.v)
 
 
-def test_single_step_formulas():
-    x = start()
-    v = start(seed=5)
-    f = start(seed=7)
-    tau = 0.25
-    theta = torch.linspace(-2, 2, 6, dtype=torch.float64)
-    lam = torch.sigmoid(theta)
+def test_mix_half_is_damped_not_conservative():
+    # lam = 1/2: the velocity forgets half of itself each step, so the
+    # oscillator's modified energy decays (neither wave nor diffusion)
+    K = spd_matrix()
+    tau = 0.5
     mix = make_stepper("mix", 6, tau=tau).double()
+    states = mix.integrate(start(), lambda x: -x @ K, 2000)
+    e = [modified_energy(s.x, s.v, K, tau) for s in states[1:]]
+    assert e[-1] < 1e-6 * e[0]
+
+
+def _theta():
+    return torch.linspace(-2, 2, 6, dtype=torch.float64)
+
+
+def test_mix_is_the_authors_formula():
+    # the authors' BERT attention.py, transcribed: delta = output - hidden;
+    # V' = a (tau delta + V) + (1 - a) delta; X' = tau V' + X
+    x, v, f, tau = start(), start(seed=5), start(seed=7), 0.25
+    mix = make_stepper("mix", 6, tau=tau).double()
+    with torch.no_grad():
+        mix.theta.copy_(_theta())
+    a = torch.sigmoid(_theta())
+    s = mix(StepState(x, v), f)
+    v_ref = a * (tau * f + v) + (1 - a) * f
+    torch.testing.assert_close(s.v, v_ref, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(s.x, tau * v_ref + x, rtol=1e-14, atol=1e-14)
+    torch.testing.assert_close(s.x - x, tau * s.v, rtol=1e-14, atol=1e-14)  # X' - X = tau V'
+    # the state-only mix this package had before (unmixed velocity V + tau F)
+    # gives the same first state but another velocity, so the next step differs
+    assert (s.v - (v + tau * f)).abs().max() > 1e-1
+    s2 = mix(s, f)
+    old_v = v + 2 * tau * f
+    old_x2 = a * (s.x + tau * old_v) + (1 - a) * (s.x + tau * f)
+    assert (s2.x - old_x2).abs().max() > 1e-2
+
+
+def test_light_wave_is_the_papers_formula():
+    # X^{l+1} = X^l + tau F + lam (X^l - X^{l-1}); the carried state is X^l
+    x, x_prev, f, tau = start(), start(seed=5), start(seed=7), 0.25
     lw = make_stepper("light_wave", 6, tau=tau).double()
     with torch.no_grad():
-        mix.theta.copy_(theta)
-        lw.theta.copy_(theta)
-    s = mix(StepState(x, v), f)
-    y_new = v + tau * f
-    torch.testing.assert_close(s.v, y_new)
-    torch.testing.assert_close(s.x, lam * (x + tau * y_new) + (1 - lam) * (x + tau * f))
-    s = lw(StepState(x, v), f)
-    torch.testing.assert_close(s.v, lam * v + tau * f)
-    torch.testing.assert_close(s.x, x + lam * v + tau * f)
-    s = make_stepper("wave", 6, tau=tau)(StepState(x, v), f)
-    torch.testing.assert_close(s.x, x + tau * (v + tau * f))
+        lw.theta.copy_(_theta())
+    lam = torch.sigmoid(_theta())
+    s = lw(StepState(x, x_prev), f)
+    torch.testing.assert_close(s.x, x + tau * f + lam * (x - x_prev), rtol=1e-14, atol=1e-14)
+    assert s.v is x
+    assert torch.equal(lw.init(x).v, x)  # X^{-1} = X^0
+    assert not lw.v_is_derivative
+
+
+def test_light_wave_joint_and_wave_single_step():
+    x, d, f, tau = start(), start(seed=5), start(seed=7), 0.25
+    lw = make_stepper("light_wave_joint", 6, tau=tau).double()
+    with torch.no_grad():
+        lw.theta.copy_(_theta())
+    lam = torch.sigmoid(_theta())
+    s = lw(StepState(x, d), f)
+    torch.testing.assert_close(s.v, lam * d + tau * f)
+    torch.testing.assert_close(s.x, x + lam * d + tau * f)
+    s = make_stepper("wave", 6, tau=tau)(StepState(x, d), f)
+    torch.testing.assert_close(s.x, x + tau * (d + tau * f))
 
 
 def test_lam_is_learnable_per_channel():
-    lw = make_stepper("light_wave", 8)
-    assert lw.theta.shape == (8,) and lw.theta.requires_grad
-    torch.testing.assert_close(lw.lam, torch.full((8,), 1 / (1 + math.exp(-2.0))))
     assert make_stepper("mix", 8).lam[0].item() == 0.5
-    x = torch.randn(3, 8)
-    out = lw(StepState(x, torch.randn(3, 8)), torch.randn(3, 8))
-    out.x.sum().backward()
-    assert lw.theta.grad is not None and lw.theta.grad.abs().sum() > 0
+    assert make_stepper("light_wave", 8).lam[0].item() == 0.5
+    torch.testing.assert_close(make_stepper("light_wave_joint", 8).lam, torch.full((8,), 1 / (1 + math.exp(-2.0))))
+    for name in ("mix", "light_wave", "light_wave_joint"):
+        st = make_stepper(name, 8)
+        assert st.theta.shape == (8,) and st.theta.requires_grad
+        x = torch.randn(3, 8)
+        out = st(StepState(x, torch.randn(3, 8)), torch.randn(3, 8))
+        (out.x.sum() + out.v.sum()).backward()
+        assert st.theta.grad is not None and st.theta.grad.abs().sum() > 0
 
 
-def test_init_zero_velocity():
+def test_init(residual_kind):
     x = torch.randn(3, 4)
-    for name in ("wave", "mix", "light_wave"):
-        s = make_stepper(name, 4).init(x)
-        assert torch.equal(s.v, torch.zeros_like(x)) and s.x is x
-    assert make_stepper("diffusion", 4).init(x).v is None
+    st = make_stepper(residual_kind, 4)
+    s = st.init(x)
+    assert s.x is x
+    if not st.second_order:
+        assert s.v is None
+    elif residual_kind == "light_wave":
+        assert s.v is x
+    else:
+        assert torch.equal(s.v, torch.zeros_like(x))
 
 
 def test_errors_and_repr():
@@ -155,12 +196,49 @@ def test_errors_and_repr():
         make_stepper("heat", 4)
     with pytest.raises(ValueError, match="tau must be a positive number"):
         make_stepper("wave", 4, tau=0.0)
-    with pytest.raises(ValueError, match="takes no option lam0"):
+    with pytest.raises(ValueError, match="takes no option lam0; it has no options"):
         make_stepper("wave", 4, lam0=0.3)
+    with pytest.raises(ValueError, match="takes no option lam; its options: lam0"):
+        make_stepper("mix", 4, lam=0.3)
     with pytest.raises(ValueError, match="lam0 must lie in"):
         make_stepper("mix", 4, lam0=1.5)
     assert repr(make_stepper("diffusion", 4)) == "DiffusionStepper(4, tau=0.5)"
     assert repr(make_stepper("wave", 4, tau=0.2)) == "WaveStepper(4, tau=0.2)"
     assert repr(make_stepper("mix", 4)) == "MixStepper(4, tau=0.5, lam0=0.5)"
-    assert repr(make_stepper("light_wave", 4)) == "LightWaveStepper(4, tau=0.5, lam0=0.880797)"
-    assert set(STEPPERS) == {"diffusion", "wave", "mix", "light_wave"}
+    assert repr(make_stepper("light_wave", 4)) == "LightWaveStepper(4, tau=0.5, lam0=0.5)"
+    assert repr(make_stepper("light_wave_joint", 4)) == "JointLightWaveStepper(4, tau=0.5, lam0=0.880797)"
+    assert list(STEPPERS)[:5] == ["diffusion", "wave", "mix", "light_wave", "light_wave_joint"]
+
+
+class _Heun(Stepper):
+    """A kind defined outside the package: Heun's method for a force that
+    does not depend on x over one step is plain Euler with half weights."""
+
+    def __init__(self, channels, tau=0.5, weight: float = 1.0):
+        super().__init__(channels, tau)
+        self.weight = weight
+
+    @staticmethod
+    def update(x, v, force, tau, lam):
+        return x + tau * force, None
+
+
+def test_register_stepper_from_outside():
+    try:
+        register_stepper("heun_test", _Heun)
+        assert "heun_test" in STEPPERS
+        st = make_stepper("heun_test", 4, tau=0.1, weight=2.0)
+        assert st.weight == 2.0
+        with pytest.raises(ValueError, match="its options: weight"):
+            make_stepper("heun_test", 4, lam0=0.1)
+        with pytest.raises(ValueError, match="already registered"):
+            register_stepper("heun_test", WaveStepperLike)
+        with pytest.raises(ValueError, match="subclass of wavygraph.nn.Stepper"):
+            register_stepper("not_a_stepper", object)
+    finally:
+        unregister_stepper("heun_test")
+    assert "heun_test" not in STEPPERS
+
+
+class WaveStepperLike(_Heun):
+    pass

@@ -8,13 +8,17 @@ from .model import WavyDIFFormer
 from .steppers import (
     STEPPERS,
     DiffusionStepper,
+    LearnableLamStepper,
     LightWaveStepper,
     MixStepper,
     StepState,
     Stepper,
     WaveStepper,
     make_stepper,
+    register_stepper,
+    unregister_stepper,
 )
+from .joint_light_wave import JointLightWaveStepper
 
 __all__ = [
     "functional",
@@ -31,5 +35,9 @@ __all__ = [
     "WaveStepper",
     "MixStepper",
     "LightWaveStepper",
+    "JointLightWaveStepper",
+    "LearnableLamStepper",
     "make_stepper",
+    "register_stepper",
+    "unregister_stepper",
 ]

@@ -1,19 +1,21 @@
 """WavyDIFFormer: DIFFormer with a choice of residual stepper."""
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .conv import DIFFormerConv
 from .featscale import FeatScale
+from .fused import STEP_IMPLS
 from .graph import gcn_adjacency
-from .fused import STEP_IMPLS, step_and_norm
 from .joint import JointFFN, JointIdentity, JointLayerNorm, JointPairNorm
-from .steppers import STEPPERS, StepState, make_stepper
+from .steppers import STEPPERS, Stepper, StepState, make_stepper
 from .validate import InputError, check_choice, check_inputs
 
-MOMENTUM_NORMS = ("joint", "state")
+DROPOUT_AT = ("state", "force")
 FORCE_SCALES = ("fixed", "rezero")
 NORMS = {"layer": JointLayerNorm, "pair": JointPairNorm, "none": JointIdentity}
 
@@ -26,14 +28,16 @@ class WavyDIFFormer(nn.Module):
     .. math::
         X_0 &= \mathrm{dropout}(\mathrm{ReLU}(\mathrm{LN}(X W_{in} + b_{in}))) \\
         F_\ell &= \alpha_\ell\,(\mathrm{conv}_\ell(X_\ell) - X_\ell) \\
-        (X_{\ell+1}, Y_{\ell+1}) &= \mathrm{dropout}(\mathrm{JointLN}(
+        (X_{\ell+1}, Y_{\ell+1}) &= \mathrm{dropout}(\mathrm{norm}(
             \mathrm{step}_\ell((X_\ell, Y_\ell), F_\ell))) \\
         \hat{Y} &= X_L W_{out} + b_{out}
 
     ``residual="diffusion"`` with ``tau=0.5`` is DIFFormer itself
-    (``x = LN(0.5 conv(x) + 0.5 x)``). For the second-order kinds the velocity
-    (or displacement) passes through the joint LayerNorm, FFN and the same
-    dropout mask as the state (chain rule).
+    (``x = LN(0.5 conv(x) + 0.5 x)``, then dropout). The stepper decides
+    what its extra state is and how the norm, FFN and dropout treat it
+    (:class:`~wavygraph.nn.steppers.Stepper`): a velocity passes through the
+    joint LayerNorm, the joint FFN and the state's dropout mask (chain rule);
+    ``light_wave``'s previous state passes through none of them.
 
     Args:
         in_channels (int): input feature size.
@@ -41,43 +45,54 @@ class WavyDIFFormer(nn.Module):
         out_channels (int): number of outputs (classes or tasks).
         num_layers (int, optional): number of attention layers (steps).
             (default: :obj:`3`)
-        residual (str, optional): ``"diffusion"``, ``"wave"``, ``"mix"`` or
-            ``"light_wave"``. (default: ``"diffusion"``)
+        residual (str, optional): a registered residual kind,
+            :data:`~wavygraph.nn.steppers.STEPPERS`: ``"diffusion"``,
+            ``"wave"``, ``"mix"``, ``"light_wave"``, ``"light_wave_joint"``
+            or one added by :func:`~wavygraph.nn.register_stepper`.
+            (default: ``"diffusion"``)
+        residual_options (dict, optional): options of the residual kind,
+            e.g. ``{"lam0": 0.5}`` for ``mix`` and the light waves; an
+            option the kind does not take is an error. (default: :obj:`None`)
         heads (int, optional): attention heads. (default: :obj:`1`)
         kernel (str, optional): ``"simple"`` or ``"sigmoid"``.
             (default: ``"simple"``)
-        qk_norm (str, optional): ``"global"``, ``"row"`` or ``"none"``.
-            (default: ``"global"``)
+        qk_norm (str, optional): ``"global"``, ``"row"`` or ``"none"``;
+            :obj:`None` takes the kernel's own (``global`` for ``simple``,
+            ``none`` for ``sigmoid``). (default: :obj:`None`)
         use_graph (bool, optional): local GCN branch. (default: :obj:`True`)
         graph_weight (float, optional): blend weight of the local branch;
             :obj:`None` adds it. (default: :obj:`None`)
+        value_proj (bool, optional): project the values; :obj:`False` uses
+            the layer input as the values (DIFFormer's ``--use_weight``
+            off). (default: :obj:`True`)
+        input_norm (bool, optional): LayerNorm after the input layer
+            (DIFFormer's ``--use_bn`` covers it and the per-layer norms;
+            ``--use_bn`` off is ``input_norm=False, norm="none"``).
+            (default: :obj:`True`)
+        source (bool, optional): add the input embedding :math:`X_0` to
+            every layer's stepped state before its norm (DIFFormer's
+            ``--use_source``). (default: :obj:`False`)
         tau (float, optional): step size. (default: :obj:`0.5`)
-        dropout (float, optional): dropout after the input layer, and after
+        dropout (float, optional): dropout after the input layer, and in
             every layer unless ``layer_dropout`` is given. (default: :obj:`0.0`)
-        layer_dropout (float, optional): dropout of the state (and, with the
-            same mask, its velocity) after every layer; :obj:`None` uses
-            ``dropout`` (DIFFormer). Deep stacks train far better with 0:
-            a mask on the state at each of 64 layers erases the signal the
-            dynamics carry (see README). (default: :obj:`None`)
+        layer_dropout (float, optional): the per-layer dropout rate;
+            :obj:`None` uses ``dropout``. (default: :obj:`None`)
+        dropout_at (str, optional): where the per-layer dropout acts:
+            ``"state"`` (DIFFormer: on the layer's output state, and with the
+            same mask on a velocity) or ``"force"`` (the Wavy Transformer
+            authors: on the attention output inside the force,
+            :math:`F = \mathrm{dropout}(\mathrm{conv}(X)) - X`, and on each
+            FFN branch with its own mask). (default: ``"state"``)
         ffn (bool, optional): add a joint FFN sub-layer (residual, followed
-            by a second joint LayerNorm) after each attention step.
+            by a second norm) after each attention step.
             (default: :obj:`False`)
         ffn_activation (str, optional): ``"gelu"`` or ``"relu"``.
             (default: ``"gelu"``)
-        lam0 (float, optional): initial ``lam`` of ``mix`` / ``light_wave``;
-            :obj:`None` takes the stepper's default (0.5 / 0.88).
-            (default: :obj:`None`)
-        momentum_norm (str, optional): ``light_wave`` only: ``"joint"``
-            passes the displacement through the joint LayerNorm like a
-            velocity; ``"state"`` recomputes it as the difference of
-            successive normalised states. (default: ``"joint"``)
         force_scale (str, optional): ``"fixed"`` (:math:`\alpha_\ell = 1`,
             tau alone sets the step) or ``"rezero"``: a learnable scalar
             :math:`\alpha_\ell` per layer that starts at 0 (ReZero,
-            `Bachlechner et al. <https://arxiv.org/abs/2003.04887>`_), so
-            every block starts as the identity map (up to the norm); for
-            the wave kinds it scales the velocity update
-            :math:`Y' = Y + \tau\alpha_\ell F`. (default: ``"fixed"``)
+            `Bachlechner et al. <https://arxiv.org/abs/2003.04887>`_).
+            (default: ``"fixed"``)
         norm (str, optional): normalisation after each step: ``"layer"``
             (:class:`JointLayerNorm`), ``"pair"`` (:class:`JointPairNorm`,
             PyG's PairNorm) or ``"none"``. (default: ``"layer"``)
@@ -87,7 +102,7 @@ class WavyDIFFormer(nn.Module):
             formed. (default: :obj:`False`)
         step_impl (str, optional): how each layer's step and joint LayerNorm
             run (``norm="layer"``): ``"eager"`` or ``"compile"`` (fused
-            kernels by ``torch.compile``; same results to float rounding,
+            kernels by ``torch.compile``, same results to float rounding,
             see :mod:`wavygraph.nn.fused`). (default: ``"eager"``)
 
     Shapes:
@@ -105,62 +120,52 @@ class WavyDIFFormer(nn.Module):
         out_channels: int,
         num_layers: int = 3,
         residual: str = "diffusion",
+        residual_options: dict | None = None,
         heads: int = 1,
         kernel: str = "simple",
-        qk_norm: str = "global",
+        qk_norm: str | None = None,
         use_graph: bool = True,
         graph_weight: float | None = None,
+        value_proj: bool = True,
+        input_norm: bool = True,
+        source: bool = False,
         tau: float = 0.5,
         dropout: float = 0.0,
         layer_dropout: float | None = None,
+        dropout_at: str = "state",
         ffn: bool = False,
         ffn_activation: str = "gelu",
-        lam0: float | None = None,
-        momentum_norm: str = "joint",
         force_scale: str = "fixed",
         norm: str = "layer",
         featscale: bool = False,
         step_impl: str = "eager",
     ):
         super().__init__()
-        for name, value in (
-            ("in_channels", in_channels),
-            ("hidden_channels", hidden_channels),
-            ("out_channels", out_channels),
-            ("num_layers", num_layers),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
-        check_choice("residual", residual, STEPPERS)
-        check_choice("momentum_norm", momentum_norm, MOMENTUM_NORMS)
-        check_choice("force_scale", force_scale, FORCE_SCALES)
-        check_choice("norm", norm, NORMS)
-        check_choice("step_impl", step_impl, STEP_IMPLS)
-        for name, value in (("dropout", dropout), ("layer_dropout", layer_dropout)):
-            if value is not None and not 0.0 <= value < 1.0:
-                raise InputError(f"{name} must lie in [0, 1), got {value!r}")
+        self._check_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
+                         dropout, layer_dropout, dropout_at, force_scale, norm, step_impl)
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
         self.out_channels = out_channels
         self.num_layers = num_layers
         self.residual = residual
         self.use_graph = use_graph
+        self.source = source
         self.dropout = dropout
         self.layer_dropout = dropout if layer_dropout is None else layer_dropout
-        self.momentum_norm = momentum_norm
+        self.dropout_at = dropout_at
         self.force_scale = force_scale
         self.norm = norm
         self.step_impl = step_impl
 
         self.input = nn.Linear(in_channels, hidden_channels)
-        self.input_norm = nn.LayerNorm(hidden_channels)
+        self.input_norm = nn.LayerNorm(hidden_channels) if input_norm else None
         self.convs = nn.ModuleList(
-            DIFFormerConv(hidden_channels, heads, kernel, qk_norm, use_graph, graph_weight)
+            DIFFormerConv(hidden_channels, heads, kernel, qk_norm, use_graph, graph_weight, value_proj=value_proj)
             for _ in range(num_layers)
         )
-        step_opts = {} if lam0 is None else {"lam0": lam0}
+        options = dict(residual_options or {})
         self.steppers = nn.ModuleList(
-            make_stepper(residual, hidden_channels, tau, **step_opts) for _ in range(num_layers)
+            make_stepper(residual, hidden_channels, tau, **options) for _ in range(num_layers)
         )
         norm_cls = NORMS[norm]
         self.norms = nn.ModuleList(norm_cls(hidden_channels) for _ in range(num_layers))
@@ -174,6 +179,28 @@ class WavyDIFFormer(nn.Module):
         self.output = nn.Linear(hidden_channels, out_channels)
         self.reset_parameters()
 
+    @staticmethod
+    def _check_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
+                    dropout, layer_dropout, dropout_at, force_scale, norm, step_impl) -> None:
+        for name, value in (
+            ("in_channels", in_channels),
+            ("hidden_channels", hidden_channels),
+            ("out_channels", out_channels),
+            ("num_layers", num_layers),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
+        check_choice("residual", residual, STEPPERS)
+        if residual_options is not None and not isinstance(residual_options, dict):
+            raise InputError(f"residual_options must be a dict of the kind's options, got {residual_options!r}")
+        check_choice("dropout_at", dropout_at, DROPOUT_AT)
+        check_choice("force_scale", force_scale, FORCE_SCALES)
+        check_choice("norm", norm, NORMS)
+        check_choice("step_impl", step_impl, STEP_IMPLS)
+        for name, value in (("dropout", dropout), ("layer_dropout", layer_dropout)):
+            if value is not None and not 0.0 <= value < 1.0:
+                raise InputError(f"{name} must lie in [0, 1), got {value!r}")
+
     def reset_parameters(self) -> None:
         """Initialise every parameter (the one place that does)."""
         for module in self.modules():
@@ -182,20 +209,51 @@ class WavyDIFFormer(nn.Module):
         if self.alpha is not None:
             nn.init.zeros_(self.alpha)
 
-    def _norm(self, norm: nn.Module, state: StepState, batch: Tensor | None) -> StepState:
-        if self.norm == "pair":
-            return StepState(*norm(state.x, state.v, batch))
-        return StepState(*norm(state.x, state.v))
+    def _norm_fn(self, norm: nn.Module, batch: Tensor | None, x0: Tensor | None):
+        """``norm`` as the ``(x, v) -> (x', v')`` callable the stepper takes
+        (PairNorm gets the batch; ``source`` adds ``x0`` before it)."""
+        fn = partial(norm, batch=batch) if self.norm == "pair" else norm
+        if x0 is None:
+            return fn
+        return lambda x, v: fn(x + x0, v)
 
-    def _dropout(self, state: StepState) -> StepState:
-        if not self.training or self.layer_dropout == 0.0:
+    def _layer_dropout(self, t: Tensor | None) -> Tensor | None:
+        return None if t is None else F.dropout(t, self.layer_dropout, self.training)
+
+    def _state_dropout(self, state: StepState, stepper: Stepper) -> StepState:
+        if not self.training or self.layer_dropout == 0.0 or self.dropout_at != "state":
             return state
-        if state.v is None:
-            return StepState(F.dropout(state.x, self.layer_dropout, True), None)
+        if state.v is None or not stepper.v_is_derivative:
+            return StepState(F.dropout(state.x, self.layer_dropout, True), state.v)
         keep = 1.0 - self.layer_dropout
-        # the mask F.dropout draws (same random numbers), shared by x and v
+        # the mask F.dropout draws (same random numbers), shared by x and its velocity
         mask = torch.empty_like(state.x).bernoulli_(keep).div_(keep)
         return StepState(state.x * mask, state.v * mask)
+
+    def _ffn(self, i: int, state: StepState, stepper: Stepper, norm) -> StepState:
+        """The joint FFN sub-layer: residual, then the norm; a velocity
+        takes the FFN's derivative, any other extra state passes through."""
+        v = state.v if stepper.v_is_derivative else None
+        fx, fv = self.ffns[i](state.x, v)
+        if self.dropout_at == "force":  # the authors: each branch with its own mask
+            fx, fv = self._layer_dropout(fx), self._layer_dropout(fv)
+        x, v = norm(state.x + fx, None if v is None else v + fv)
+        return StepState(x, v if stepper.v_is_derivative else state.v)
+
+    def _layer(self, i: int, state: StepState, adj, batch: Tensor | None, x0: Tensor | None) -> StepState:
+        out = self.convs[i](state.x, adj, batch)  # A x, (N, C)
+        if self.featscales:
+            out = self.featscales[i](out, batch)
+        if self.dropout_at == "force":
+            out = self._layer_dropout(out)
+        force = out - state.x  # F = A x - x
+        if self.alpha is not None:
+            force = self.alpha[i] * force
+        stepper = self.steppers[i]
+        state = stepper.step_and_norm(state, force, self._norm_fn(self.norms[i], batch, x0), self.step_impl)
+        if self.ffns:
+            state = self._ffn(i, state, stepper, self._norm_fn(self.ffn_norms[i], batch, None))
+        return self._state_dropout(state, stepper)
 
     def forward(
         self,
@@ -209,34 +267,15 @@ class WavyDIFFormer(nn.Module):
         if self.use_graph:
             adj = edge_index if edge_index.layout != torch.strided else gcn_adjacency(edge_index, n, x.dtype)
 
-        h = F.relu(self.input_norm(self.input(x)))  # (N, C)
-        h = F.dropout(h, self.dropout, self.training)
+        h = self.input(x)  # (N, C)
+        if self.input_norm is not None:
+            h = self.input_norm(h)
+        h = F.dropout(F.relu(h), self.dropout, self.training)
         state = self.steppers[0].init(h)
-        momentum_from_state = self.residual == "light_wave" and self.momentum_norm == "state"
-        joint_step_norm = self.norm == "layer" and not momentum_from_state
+        x0 = h if self.source else None
         hidden = [h]
         for i in range(self.num_layers):
-            ax = self.convs[i](state.x, adj, batch)  # A x, (N, C)
-            if self.featscales:
-                ax = self.featscales[i](ax, batch)
-            force = ax - state.x  # F = A x - x
-            if self.alpha is not None:
-                force = self.alpha[i] * force
-            prev_x = state.x
-            if joint_step_norm:  # light_wave's hand-fused function, or torch.compile'd (step_impl="compile")
-                state = step_and_norm(self.steppers[i], self.norms[i], state, force, self.step_impl)
-            else:
-                state = self.steppers[i](state, force)
-                if momentum_from_state:  # the displacement is recomputed below: no velocity through norm and FFN
-                    state = StepState(state.x, None)
-                state = self._norm(self.norms[i], state, batch)
-            if self.ffns:
-                fx, fv = self.ffns[i](state.x, state.v)
-                state = StepState(state.x + fx, None if state.v is None else state.v + fv)
-                state = self._norm(self.ffn_norms[i], state, batch)
-            if momentum_from_state:
-                state = StepState(state.x, state.x - prev_x)
-            state = self._dropout(state)
+            state = self._layer(i, state, adj, batch, x0)
             hidden.append(state.x)
         out = self.output(state.x)  # (N, out_channels)
         return (out, hidden) if return_hidden else out

@@ -3,44 +3,58 @@ r"""Residual steppers: the integrator of ``dX/dt = F`` (diffusion) or
 
 `"Wavy Transformer" <https://arxiv.org/abs/2508.12787>`_ (NeurIPS 2025).
 The force ``F`` (for attention ``F = A X - X``) is computed by the layer;
-the stepper only integrates, the way ODE solvers keep the right-hand side
-apart from the solver. Every stepper has
+the stepper integrates it, the way ODE solvers keep the right-hand side
+apart from the solver. A stepper owns everything that is particular to its
+kind: the update, its extra state, its options and how the normalisation
+after the step treats that state (:meth:`Stepper.step_and_norm`).
 
-* ``init(x) -> StepState`` (velocity or displacement starts at zero), and
-* ``forward(state, force) -> StepState``, one step,
+================= ================================================================ ======================
+name              update (per layer)                                               source
+================= ================================================================ ======================
+diffusion         ``X' = X + tau F``                                               DIFFormer, the paper
+wave              ``Y' = Y + tau F;  X' = X + tau Y'``  (symplectic Euler)          the paper (Full Wave)
+mix               ``Y' = lam (Y + tau F) + (1 - lam) F;  X' = X + tau Y'``          the authors' BERT code
+light_wave        ``X' = X + tau F + lam (X - X_prev)``, ``X_prev`` of layer 0 = X  the paper (Light Wave)
+light_wave_joint  ``D' = lam D + tau F;  X' = X + D'``, ``D`` through the joint norm this package's own
+================= ================================================================ ======================
 
-and :meth:`Stepper.integrate` runs many steps of a force function.
+``lam = sigmoid(theta)``, ``theta`` one learnable entry per channel and layer.
 
-========== ===================================================================
-name       update
-========== ===================================================================
-diffusion  ``X' = X + tau F``
-wave       ``Y' = Y + tau F;  X' = X + tau Y'``   (symplectic Euler)
-mix        ``Y' = Y + tau F;  X' = lam (X + tau Y') + (1 - lam)(X + tau F)``
-light_wave ``D' = lam D + tau F;  X' = X + D'``  (``D = X - X_prev``)
-========== ===================================================================
-
-``lam = sigmoid(theta)``, ``theta`` one learnable entry per channel.
+A new kind is one subclass of :class:`Stepper` that writes :meth:`Stepper.update`
+(and sets :attr:`Stepper.second_order`), registered with
+:func:`register_stepper`; its constructor's keyword arguments after ``tau``
+are its options. The model, the config, the CLI, sweeps, reports, the demo
+and the tests find it in :data:`STEPPERS`.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
 
+from . import fused
+from .joint import JointLayerNorm
+
 
 class StepState(NamedTuple):
-    """Node state ``x`` (N, C) and, for second-order kinds, its velocity or
-    displacement ``v`` (N, C); ``v`` is :obj:`None` for ``diffusion``."""
+    """Node state ``x`` (N, C) and, for second-order kinds, the extra state
+    ``v`` (N, C): a velocity, or what the kind documents (``light_wave``:
+    the previous state); ``v`` is :obj:`None` for first-order kinds."""
 
     x: Tensor
     v: Optional[Tensor] = None
 
 
+#: ``norm(x, v) -> (x', v')``: the normalisation after a step (a
+#: :class:`~wavygraph.nn.joint.JointLayerNorm` or any callable alike).
+Norm = Callable[[Tensor, Optional[Tensor]], tuple]
+
+
 def _logit(p: float) -> float:
-    if not 0.0 <= p <= 1.0:
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p <= 1.0:
         raise ValueError(f"lam0 must lie in [0, 1], got {p!r}")
     if p == 0.0:
         return -math.inf
@@ -50,8 +64,17 @@ def _logit(p: float) -> float:
 
 
 class Stepper(nn.Module):
-    """Base class: owns the loop (:meth:`integrate`), subclasses write one
-    :meth:`forward` step.
+    """Base class: owns the loop (:meth:`integrate`) and the step followed
+    by the normalisation (:meth:`step_and_norm`); a subclass writes one
+    :meth:`update`.
+
+    Class attributes a subclass sets:
+
+    * ``second_order`` (default :obj:`False`): the kind carries ``v``.
+    * ``v_is_derivative`` (default :obj:`True`): ``v`` is the time
+      derivative of ``x``, so the joint norm, FFN and dropout act on it as
+      on ``x`` (chain rule). :obj:`False`: ``v`` passes through them
+      untouched.
 
     Args:
         channels (int): number of channels ``C`` of the state.
@@ -59,6 +82,7 @@ class Stepper(nn.Module):
     """
 
     second_order = False
+    v_is_derivative = True
 
     def __init__(self, channels: int, tau: float = 0.5):
         super().__init__()
@@ -92,6 +116,19 @@ class Stepper(nn.Module):
     def forward(self, state: StepState, force: Tensor) -> StepState:
         return StepState(*self.update(state.x, state.v, force, self.tau, self.lam_or_none(force.dtype)))
 
+    def step_and_norm(self, state: StepState, force: Tensor, norm: Norm, impl: str = "eager") -> StepState:
+        """One step followed by ``norm``. With ``v_is_derivative`` the norm
+        sees ``(x', v')`` (the joint LayerNorm scales the velocity by the
+        state's ``1/sigma``), else only ``x'``. ``impl="compile"`` fuses the
+        step and a :class:`~wavygraph.nn.joint.JointLayerNorm` with
+        ``torch.compile`` (:mod:`wavygraph.nn.fused`)."""
+        if isinstance(norm, JointLayerNorm) and fused.use_compiled(impl, state, force, norm):
+            return StepState(*fused.step_and_norm(self, norm, state, force))
+        x, v = self(state, force)
+        if self.v_is_derivative:
+            return StepState(*norm(x, v))
+        return StepState(norm(x, None)[0], v)
+
     def integrate(self, x0: Tensor, force_fn: Callable[[Tensor], Tensor], num_steps: int) -> list[StepState]:
         """Run ``num_steps`` steps from ``init(x0)``; returns all states,
         the initial one first."""
@@ -107,15 +144,17 @@ class Stepper(nn.Module):
         return f"{self.__class__.__name__}({self.channels}, tau={self.tau}{self.extra_repr_args()})"
 
 
-class _LearnableLam(Stepper):
-    """A stepper with the per-channel mixing weight ``lam = sigmoid(theta)``."""
+class LearnableLamStepper(Stepper):
+    """A stepper with the per-channel mixing weight ``lam = sigmoid(theta)``;
+    ``lam0`` (option) sets its initial value, default :attr:`default_lam0`."""
 
     default_lam0 = 0.5
 
     def __init__(self, channels: int, tau: float = 0.5, lam0: float | None = None):
         super().__init__(channels, tau)
-        self.lam0 = self.default_lam0 if lam0 is None else float(lam0)
+        self.lam0 = self.default_lam0 if lam0 is None else lam0
         self._theta0 = _logit(self.lam0)
+        self.lam0 = float(self.lam0)
         self.theta = nn.Parameter(torch.empty(channels))
         self.reset_parameters()
 
@@ -144,13 +183,13 @@ class DiffusionStepper(Stepper):
 
     @staticmethod
     def update(x, v, force, tau, lam):
-        return x + tau * force, None
+        return torch.add(x, force, alpha=tau), None
 
 
 class WaveStepper(Stepper):
-    r"""Symplectic Euler for the wave equation (Full Wave):
-    :math:`Y' = Y + \tau F,\ X' = X + \tau Y'`. For a linear force
-    :math:`F = -KX` the modified energy
+    r"""Symplectic Euler for the wave equation (the paper's Full Wave):
+    :math:`Y' = Y + \tau F,\ X' = X + \tau Y'`, :math:`Y_0 = 0`. For a linear
+    force :math:`F = -KX` the modified energy
     :math:`|Y|^2 + X^\top K X - \tau X^\top K Y` is conserved exactly.
 
     Shapes:
@@ -162,15 +201,22 @@ class WaveStepper(Stepper):
 
     @staticmethod
     def update(x, v, force, tau, lam):
-        v = v + tau * force
-        return x + tau * v, v
+        v = torch.add(v, force, alpha=tau)
+        return torch.add(x, v, alpha=tau), v
 
 
-class MixStepper(_LearnableLam):
-    r"""Mix of wave and diffusion (Mix + Full):
-    :math:`Y' = Y + \tau F,\ X' = \lambda(X + \tau Y') + (1-\lambda)(X + \tau F)`,
-    :math:`\lambda = \sigma(\theta)` per channel; ``lam0`` sets its initial
-    value (default 0.5). :math:`\lambda = 0` is ``diffusion``, 1 is ``wave``.
+class MixStepper(LearnableLamStepper):
+    r"""Mix of wave and diffusion (Mix + Full), as the Wavy Transformer
+    authors' BERT code computes it: the velocities are mixed, then the state
+    steps with the mixed velocity,
+
+    .. math::
+        Y' = \lambda (Y + \tau F) + (1 - \lambda) F, \qquad X' = X + \tau Y',
+
+    so :math:`X' - X = \tau Y'` at every layer. :math:`\lambda = \sigma(\theta)`
+    per channel; ``lam0`` sets its initial value (default 0.5, the authors'
+    :math:`\sigma(0)`). :math:`\lambda = 1` is ``wave``; :math:`\lambda = 0`
+    is ``diffusion`` (:math:`X' = X + \tau F`).
 
     Shapes:
         - **input:** state ``x, v (N, C)``, force ``(N, C)``
@@ -181,56 +227,104 @@ class MixStepper(_LearnableLam):
 
     @staticmethod
     def update(x, v, force, tau, lam):
-        v = v + tau * force
-        return lam * (x + tau * v) + (1.0 - lam) * (x + tau * force), v
+        v = torch.lerp(force, torch.add(v, force, alpha=tau), lam)  # lam (v + tau F) + (1 - lam) F
+        return torch.add(x, v, alpha=tau), v
 
 
-class LightWaveStepper(_LearnableLam):
-    r"""Light Wave (Mix + Light): diffusion plus momentum,
-    :math:`X' = X + \tau F + \lambda (X - X_{prev})`, carried as the
-    displacement :math:`D = X - X_{prev}`:
-    :math:`D' = \lambda D + \tau F,\ X' = X + D'`.
+class LightWaveStepper(LearnableLamStepper):
+    r"""Light Wave (Mix + Light) as the paper writes it: diffusion plus a
+    momentum term,
 
-    :math:`\lambda \to 0` is ``diffusion``; :math:`\lambda = 1` is the
-    leapfrog wave step :math:`X' = 2X - X_{prev} + \tau F`. ``lam0``
-    defaults to :math:`\sigma(2) \approx 0.88`: a momentum that starts near 1
-    is what kept deep stacks from collapsing in our Cora runs (see README).
-    Adds ``C`` parameters and two element-wise ops per layer.
+    .. math::
+        X^{\ell+1} = \mathrm{LN}\big(X^\ell + \tau F^\ell
+            + \lambda (X^\ell - X^{\ell-1})\big), \qquad X^{-1} = X^0,
+
+    and nothing else: the extra state ``v`` is the previous layer's output
+    :math:`X^{\ell-1}` (``init`` sets it to :math:`X^0`), which no norm,
+    FFN or dropout touches. :math:`\lambda \to 0` is ``diffusion``;
+    :math:`\lambda = 1` is the leapfrog wave step
+    :math:`X' = 2X - X_{prev} + \tau F` (before the norm). ``lam0``
+    defaults to 0.5, the authors' initialisation of their mixing weight
+    (:math:`\sigma(0)`, BERT code); the paper states none for Light Wave.
+    Adds ``C`` parameters and a few element-wise ops per layer.
 
     Shapes:
-        - **input:** state ``x, v (N, C)`` (``v`` the displacement), force ``(N, C)``
-        - **output:** state ``x, v (N, C)``
+        - **input:** state ``x, v (N, C)`` (``v`` the previous state), force ``(N, C)``
+        - **output:** state ``x, v (N, C)`` (``v`` the input ``x``)
     """
 
     second_order = True
-    default_lam0 = 1.0 / (1.0 + math.exp(-2.0))
+    v_is_derivative = False
+
+    def init(self, x: Tensor) -> StepState:
+        return StepState(x, x)
 
     @staticmethod
-    def update(x, d, force, tau, lam):
-        d = (tau * force).addcmul_(lam, d)  # tau F + lam D, one buffer
-        return x + d, d
+    def update(x, v, force, tau, lam):
+        return torch.add(x, force, alpha=tau).addcmul_(lam, x - v), x
 
 
-STEPPERS: dict[str, type[Stepper]] = {
-    "diffusion": DiffusionStepper,
-    "wave": WaveStepper,
-    "mix": MixStepper,
-    "light_wave": LightWaveStepper,
-}
+#: The registry of residual kinds, name -> class, in registration order.
+STEPPERS: dict[str, type[Stepper]] = {}
+
+
+def register_stepper(name: str, cls: type[Stepper] | None = None, *, replace: bool = False):
+    """Register a residual kind under ``name`` (also usable as a class
+    decorator, ``@register_stepper("name")``). ``cls`` must subclass
+    :class:`Stepper`; its constructor's keyword arguments after ``tau`` are
+    its options (``make_stepper(name, C, tau, **options)``). Raises
+    :class:`ValueError` for a taken name unless ``replace=True``."""
+
+    def add(cls: type[Stepper]) -> type[Stepper]:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"a residual name must be an identifier-like string, got {name!r}")
+        if not (isinstance(cls, type) and issubclass(cls, Stepper)):
+            raise ValueError(f"register_stepper({name!r}, ...) needs a subclass of wavygraph.nn.Stepper, got {cls!r}")
+        if name in STEPPERS and STEPPERS[name] is not cls and not replace:
+            raise ValueError(f"residual {name!r} is already registered ({STEPPERS[name].__name__}); pass replace=True")
+        STEPPERS[name] = cls
+        return cls
+
+    return add if cls is None else add(cls)
+
+
+def unregister_stepper(name: str) -> None:
+    """Remove a registered kind (for tests and plugins)."""
+    STEPPERS.pop(name, None)
+
+
+def stepper_options(name: str) -> tuple[str, ...]:
+    """The option names the kind's constructor takes after ``channels`` and ``tau``."""
+    params = list(inspect.signature(get_stepper(name).__init__).parameters.values())[3:]
+    return tuple(p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+
+
+def get_stepper(name: str) -> type[Stepper]:
+    """The class registered as ``name``; :class:`ValueError` listing the kinds otherwise."""
+    if name not in STEPPERS:
+        raise ValueError(f"unknown residual {name!r}; choose one of {', '.join(map(repr, STEPPERS))}")
+    return STEPPERS[name]
 
 
 def make_stepper(name: str, channels: int, tau: float = 0.5, **options) -> Stepper:
-    """Build a stepper by name (``diffusion``, ``wave``, ``mix``,
-    ``light_wave``); ``options`` go to its constructor (``lam0`` for ``mix``
-    and ``light_wave``). Unknown names or options raise :class:`ValueError`."""
-    if name not in STEPPERS:
-        raise ValueError(f"unknown residual {name!r}; choose one of {', '.join(map(repr, STEPPERS))}")
-    cls = STEPPERS[name]
-    allowed = {"lam0"} if issubclass(cls, _LearnableLam) else set()
-    unknown = sorted(set(options) - allowed)
+    """Build a stepper by name (see :data:`STEPPERS`); ``options`` go to
+    its constructor (``lam0`` for ``mix`` and the light waves). Unknown
+    names or options raise :class:`ValueError` that lists the valid ones."""
+    cls = get_stepper(name)
+    allowed = stepper_options(name)
+    unknown = sorted(set(options) - set(allowed))
     if unknown:
         raise ValueError(
             f"residual {name!r} takes no option {', '.join(unknown)}"
-            + (f"; its options: {', '.join(sorted(allowed))}" if allowed else "")
+            + (f"; its options: {', '.join(allowed)}" if allowed else "; it has no options")
         )
     return cls(channels, tau, **options)
+
+
+for _name, _cls in (
+    ("diffusion", DiffusionStepper),
+    ("wave", WaveStepper),
+    ("mix", MixStepper),
+    ("light_wave", LightWaveStepper),
+):
+    register_stepper(_name, _cls)
