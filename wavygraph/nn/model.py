@@ -1,6 +1,7 @@
 """WavyDIFFormer: DIFFormer with a choice of residual stepper."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 
 import torch
@@ -191,7 +192,7 @@ class WavyDIFFormer(nn.Module):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InputError(f"{name} must be a positive integer, got {value!r}")
         check_choice("residual", residual, STEPPERS)
-        if residual_options is not None and not isinstance(residual_options, dict):
+        if residual_options is not None and not isinstance(residual_options, Mapping):
             raise InputError(f"residual_options must be a dict of the kind's options, got {residual_options!r}")
         check_choice("dropout_at", dropout_at, DROPOUT_AT)
         check_choice("force_scale", force_scale, FORCE_SCALES)
