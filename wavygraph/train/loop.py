@@ -34,7 +34,7 @@ from torch import Tensor
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from wavygraph.config import ConfigError, to_yaml
+from wavygraph.config import ConfigError, import_modules, to_yaml
 from wavygraph.data import DatasetInfo, InvalidDataError, induced_subgraph, load_dataset, node_chunks, random_partition
 from wavygraph.nn import WavyDIFFormer, gcn_adjacency
 from wavygraph.utils import atomic_torch_save, atomic_write_json, atomic_write_text
@@ -212,6 +212,7 @@ def run(cfg: DictConfig) -> dict:
     evaluates and writes; the other ranks return ``{}``.
     """
     start = time.time()
+    import_modules(cfg.get("imports", ()))  # plugins (a sweep worker starts without them)
     t = cfg.train
     device = resolve_device(t.device)
     if t.num_threads:
