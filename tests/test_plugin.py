@@ -90,3 +90,20 @@ def test_unknown_plugin_and_option_are_one_line_errors(plugin, tmp_path, capsys)
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1
     assert "takes no option lam0" in err and "gamma" in err
+
+
+@pytest.mark.slow
+def test_external_stepper_in_the_demo_sweep_with_workers(plugin, tmp_path):
+    """The demo (and so the sweep) picks up a registered plugin kind; its
+    module goes into the sweep file's imports, so spawned workers know it."""
+    sys.path.insert(0, ".")
+    __import__(plugin)
+    from wavygraph.demo import demo_sweep_file
+    from wavygraph.sweep import load_sweep, run_sweep
+
+    out = tmp_path / "demo"
+    path = demo_sweep_file(str(out), depths=[2], seeds=[0], epochs=2, residuals=["wave", "damped_wave_plugin"])
+    assert "wavy_plugin_test" in path.read_text()
+    sweep = load_sweep(str(path), ["data.csbm.num_nodes=300", "model.hidden_channels=16"])
+    counts = run_sweep(sweep, jobs=2, progress=False, log=lambda line: None)
+    assert counts["failed"] == 0 and counts["done"] == 2, counts

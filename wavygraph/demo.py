@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from .nn.steppers import STEPPERS
+from .nn.steppers import STEPPERS, plugin_modules
 
 DEFAULT_OUT = "runs/demo"
 #: The fixed settings of every demo cell.
@@ -44,15 +44,19 @@ def _ints(text: str) -> list[int]:
     return values
 
 
-def demo_sweep_file(out: str, depths, seeds, epochs: int, residuals=tuple(STEPPERS)) -> Path:
-    """Write the demo's sweep file ``OUT/demo_sweep.yaml`` and return its path."""
+def demo_sweep_file(out: str, depths, seeds, epochs: int, residuals=None) -> Path:
+    """Write the demo's sweep file ``OUT/demo_sweep.yaml`` and return its path;
+    ``residuals`` defaults to every registered kind (plugins included: their
+    modules go into the file's ``imports``)."""
+    residuals = tuple(STEPPERS) if residuals is None else tuple(residuals)
+    plugins = plugin_modules(residuals)
     spec = {
         "grid": {
             "model.num_layers": list(depths),
             "model.residual": list(residuals),
             "train.seed": list(seeds),
         },
-        "set": {**DEMO_SET, "train.epochs": int(epochs)},
+        "set": {**DEMO_SET, "train.epochs": int(epochs), **({"imports": plugins} if plugins else {})},
         "out_dir": out,
     }
     Path(out).mkdir(parents=True, exist_ok=True)
@@ -63,7 +67,7 @@ def demo_sweep_file(out: str, depths, seeds, epochs: int, residuals=tuple(STEPPE
 
 
 def run_demo(out: str = DEFAULT_OUT, depths=(2, 8, 32), seeds=(0, 1), epochs: int = 60, jobs: int = 1,
-             residuals=tuple(STEPPERS), progress: bool = True) -> dict:
+             residuals=None, progress: bool = True) -> dict:
     """Run the demo sweep and its report; returns the report's paths and the
     sweep's counts (``counts``)."""
     from .report import make_report

@@ -306,6 +306,14 @@ def get_stepper(name: str) -> type[Stepper]:
     return STEPPERS[name]
 
 
+def plugin_modules(names) -> list[str]:
+    """The modules that registered the kinds ``names`` from outside the
+    package: what a config's ``imports`` must list so that another process
+    (a sweep worker) knows those kinds too."""
+    mods = [get_stepper(n).__module__ for n in names]
+    return sorted({m for m in mods if m != "__main__" and m.split(".")[0] != "wavygraph"})
+
+
 def make_stepper(name: str, channels: int, tau: float = 0.5, **options) -> Stepper:
     """Build a stepper by name (see :data:`STEPPERS`); ``options`` go to
     its constructor (``lam0`` for ``mix`` and the light waves). Unknown
