@@ -25,7 +25,7 @@ DEMO_SET = {
     "data.csbm.preset": "small",
     "model.hidden_channels": 32,
     "model.dropout": 0.2,
-    # the depth recipe (README, "Which residual for deep graph transformers?"):
+    # the depth recipe (docs/results.md, "Which residual for deep graph transformers?"):
     # local branch blended with the global one, no dropout after each layer
     "model.graph_weight": 0.5,
     "model.layer_dropout": 0.0,
