@@ -176,11 +176,13 @@ def arch_keys(arch: str) -> tuple[str, ...]:
 
 def _check_arch(m: DictConfig) -> None:
     """A model key set away from its default that ``m.arch`` does not use is an error."""
-    used = set(arch_keys(m.arch))
+    used, defaults = set(arch_keys(m.arch)), ModelConfig()
     for f in fields(ModelConfig):
-        if f.name not in used and m[f.name] != f.default:
+        value = m[f.name]
+        value = OmegaConf.to_container(value) if OmegaConf.is_config(value) else value
+        if f.name not in used and value != getattr(defaults, f.name):
             users = [a for a in ARCHS if f.name in arch_keys(a)]
-            raise ConfigError(f"model.{f.name}={m[f.name]!r} does not apply to model.arch={m.arch} "
+            raise ConfigError(f"model.{f.name}={value!r} does not apply to model.arch={m.arch} "
                               f"(only to {', '.join(users)}); remove it")
 
 

@@ -187,6 +187,7 @@ def test_baselines_learn_an_easy_graph(arch):
         (["model.arch=mlp", "model.heads=2"], "model.heads=2 does not apply to model.arch=mlp"),
         (["model.arch=gcnii", "model.sgformer_trans_layers=2"], "only to sgformer"),
         (["model.gcnii_alpha=0.2"], "does not apply to model.arch=wavy"),
+        (["model.arch=gcn", "model.residual_options={lam0: 0.5}"], "model.residual_options={'lam0': 0.5} does not"),
         (["model.arch=transformer"], "model.arch"),
         (["model.arch=gcnii", "model.gcnii_alpha=1.5"], "model.gcnii_alpha"),
         (["model.arch=gcnii", "model.gcnii_theta=0"], "model.gcnii_theta"),
