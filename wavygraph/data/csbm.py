@@ -45,11 +45,11 @@ from .pyg import random_split_masks
 
 #: named parameter sets; ``arxiv`` and ``proteins`` have the OGB sets' shapes.
 CSBM_PRESETS: dict[str, dict] = {
-    "arxiv": dict(num_nodes=169_343, num_classes=40, num_features=128, avg_degree=13.77, homophily=0.65, snr=0.3),
+    "arxiv": dict(num_nodes=169_343, num_classes=40, num_features=128, avg_degree=13.77, homophily=0.26, snr=0.21),
     "small": dict(num_nodes=2_000, num_classes=5, num_features=32, avg_degree=8.0, homophily=0.7, snr=0.3),
     "proteins": dict(
         num_nodes=132_534, num_tasks=112, num_edge_features=8, num_communities=20,
-        avg_degree=298.5, homophily=0.5, snr=1.0, label_noise=1.0,
+        avg_degree=298.5, homophily=0.5, snr=1.0, label_noise=1.6,
     ),
 }
 
