@@ -1,4 +1,4 @@
-"""Data sets by name for node prediction, read offline from ``data.root``.
+"""Data sets by name for node prediction, read from ``data.root``.
 
     >>> from wavygraph.data import load_dataset
     >>> data, info = load_dataset("cora", root="data")
@@ -20,11 +20,15 @@ Registered (:data:`DATASETS`): ``ogbn-arxiv``, ``ogbn-proteins``,
 ``questions``, ``amazon-computers``, ``amazon-photo``, ``coauthor-cs``,
 ``coauthor-physics``, ``wikics``; and the synthetic ``csbm``.
 
-Nothing is downloaded: missing files raise :class:`DatasetNotFoundError`
-whose one-line message says what to put where.
+Missing OGB / PyG files are fetched by OGB's / PyG's own download code
+(``download=True``, the default; see :mod:`wavygraph.data.download`); with
+``download=False`` or without a network they raise
+:class:`DatasetNotFoundError`, whose one-line message names the URL and says
+what to put where. The ``csbm`` presets ``arxiv`` and ``proteins`` are
+generated stand-ins with the OGB sets' shapes (``docs/ogb.md``).
 """
 from .batching import induced_subgraph, node_chunks, random_partition
-from .csbm import CSBM_PRESETS, load_csbm, make_csbm
+from .csbm import CSBM_PRESETS, load_csbm, make_csbm, make_multilabel_csbm
 from .errors import DatasetNotFoundError, InvalidDataError, UnknownDatasetError, WavygraphDataError
 from .info import DatasetInfo
 from .ogb_format import write_ogb_node_dataset
@@ -42,6 +46,7 @@ __all__ = [
     "load_pyg",
     "load_csbm",
     "make_csbm",
+    "make_multilabel_csbm",
     "CSBM_PRESETS",
     "PYG_SOURCES",
     "ogb_safe_load",

@@ -18,6 +18,17 @@ def _is_int(t: Tensor) -> bool:
     return not (t.dtype.is_floating_point or t.is_complex() or t.dtype == torch.bool)
 
 
+def _masks(data: Data, name: str, n: int) -> list[Tensor]:
+    masks = []
+    for key in ("train_mask", "val_mask", "test_mask"):
+        m = getattr(data, key, None)
+        if not isinstance(m, Tensor) or m.dtype != torch.bool or tuple(m.shape) != (n,):
+            shape = tuple(m.shape) if isinstance(m, Tensor) else type(m).__name__
+            raise InvalidDataError(f"{name}: data.{key} must be a boolean ({n},) tensor, got {shape}")
+        masks.append(m)
+    return masks
+
+
 def check_data(data: Data, info: DatasetInfo) -> None:
     """``data`` must match ``info``: ``x`` finite ``(N, num_features)``;
     ``edge_index`` integer ``(2, E)`` in ``[0, N)``; boolean masks ``(N,)``;
@@ -47,13 +58,7 @@ def check_data(data: Data, info: DatasetInfo) -> None:
         if lo < 0 or hi >= n:
             bad = lo if lo < 0 else hi
             raise InvalidDataError(f"{name}: data.edge_index holds node {bad}, outside [0, {n}) for {n} nodes")
-    masks = []
-    for key in ("train_mask", "val_mask", "test_mask"):
-        m = getattr(data, key, None)
-        if not isinstance(m, Tensor) or m.dtype != torch.bool or tuple(m.shape) != (n,):
-            shape = tuple(m.shape) if isinstance(m, Tensor) else type(m).__name__
-            raise InvalidDataError(f"{name}: data.{key} must be a boolean ({n},) tensor, got {shape}")
-        masks.append(m)
+    masks = _masks(data, name, n)
     y = getattr(data, "y", None)
     if not isinstance(y, Tensor) or y.shape[:1] != (n,):
         shape = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
