@@ -29,10 +29,10 @@ import torch
 import torch.nn.functional as F
 
 from wavygraph.nn.fused import STEP_IMPLS
+from wavygraph.nn.steppers import STEPPERS
 
 from benchmarks._common import fmt_mb, in_subprocess, machine_line, time_alternating, warm_peak
 
-RESIDUALS = ("diffusion", "light_wave", "wave", "mix")
 
 
 def load_graph(num_nodes: int | None, device: str):
@@ -86,7 +86,8 @@ def child(args) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--residuals", nargs="+", default=list(RESIDUALS), choices=RESIDUALS)
+    ap.add_argument("--residuals", nargs="+", default=list(STEPPERS), choices=list(STEPPERS),
+                    help="registered residual kinds (diffusion first: the overheads are against it)")
     ap.add_argument("--no-sgformer", action="store_true")
     ap.add_argument("--layers", type=int, default=7)
     ap.add_argument("--hidden", type=int, default=64)

@@ -15,6 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 from benchmarks._common import machine_line, sync, time_alternating
 from benchmarks.bench_epoch import build, load_graph
 from wavygraph.nn.fused import STEP_IMPLS
+from wavygraph.nn.steppers import STEPPERS
 
 
 def self_times(epoch, device: str, reps: int) -> dict:
@@ -29,7 +30,7 @@ def self_times(epoch, device: str, reps: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--residuals", nargs="+", default=["diffusion", "light_wave", "wave"])
+    ap.add_argument("--residuals", nargs="+", default=["diffusion", "light_wave", "wave"], choices=list(STEPPERS))
     ap.add_argument("--layers", type=int, default=7)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--heads", type=int, default=1)

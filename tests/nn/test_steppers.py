@@ -242,3 +242,22 @@ def test_register_stepper_from_outside():
 
 class WaveStepperLike(_Heun):
     pass
+
+
+def test_light_wave_step_function_gradcheck():
+    from wavygraph.nn.steppers import _LightWaveStep
+
+    g = torch.Generator().manual_seed(4)
+    x, v, f = (torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    lam = torch.rand(4, generator=g, dtype=torch.float64).requires_grad_()
+    assert torch.autograd.gradcheck(lambda *a: _LightWaveStep.apply(*a, 0.3), (x, v, f, lam))
+    # and the module's step equals the plain update, outputs and gradients
+    lw = make_stepper("light_wave", 4, tau=0.3).double()
+    out = lw(StepState(x, v), f).x
+    ref = lw.update(x, v, f, 0.3, lw.lam)[0]
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-15)
+    w = torch.randn(7, 4, generator=g, dtype=torch.float64)
+    ga = torch.autograd.grad((out * w).sum(), (x, v, f, lw.theta))
+    gb = torch.autograd.grad((ref * w).sum(), (x, v, f, lw.theta))
+    for a, b in zip(ga, gb):
+        torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)

@@ -34,9 +34,10 @@ from typing import Callable, NamedTuple, Optional
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from . import fused
-from .joint import JointLayerNorm
+from .joint import JointLayerNorm, needs_plain_ops
 
 
 class StepState(NamedTuple):
@@ -262,6 +263,37 @@ class LightWaveStepper(LearnableLamStepper):
     @staticmethod
     def update(x, v, force, tau, lam):
         return torch.add(x, force, alpha=tau).addcmul_(lam, x - v), x
+
+    def forward(self, state: StepState, force: Tensor) -> StepState:
+        x, v = state
+        lam = self.lam_or_none(force.dtype)
+        if needs_plain_ops(x, v, force, lam):
+            return StepState(*self.update(x, v, force, self.tau, lam))
+        return StepState(_LightWaveStep.apply(x, v, force, lam, self.tau), x)
+
+
+class _LightWaveStep(torch.autograd.Function):
+    """``x + tau F + lam (x - v)`` with a written-out backward: the gradients
+    of ``x`` and ``v`` are one pass each, ``lam``'s one reduction (autograd
+    through the plain ops adds a negation and an accumulation pass)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, v: Tensor, force: Tensor, lam: Tensor, tau: float) -> Tensor:
+        d = x - v  # (N, C)
+        ctx.tau = tau
+        ctx.save_for_backward(d, lam)
+        return torch.add(x, force, alpha=tau).addcmul_(d, lam)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, g: Tensor):
+        d, lam = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        gx = torch.addcmul(g, g, lam) if need[0] else None  # g (1 + lam)
+        gv = torch.mul(g, -lam) if need[1] else None
+        gf = torch.mul(g, ctx.tau) if need[2] else None
+        glam = torch.linalg.vecdot(g, d, dim=0) if need[3] else None  # sum_n g d
+        return gx, gv, gf, glam, None
 
 
 #: The registry of residual kinds, name -> class, in registration order.
