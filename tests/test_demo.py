@@ -19,6 +19,7 @@ def one_thread():
     torch.set_num_threads(before)
 
 
+@pytest.mark.slow  # a real sweep of training runs
 def test_demo_runs_and_reports(tmp_path, capsys, one_thread):
     out = tmp_path / "demo"
     args = ["demo", "--out", str(out), "--depths", "1,3", "--seeds", "0", "--epochs", "2", "--no-progress"]

@@ -45,6 +45,7 @@ def test_distributed_without_torchrun_is_a_one_line_error(tmp_path, capsys, monk
     assert "batch_size" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # torchrun: three processes training on Cora
 def test_torchrun_two_processes_match_single_process_on_cora(tmp_path):
     shared = shared_dir()
     if shared is None:

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 import torch
@@ -31,30 +30,42 @@ def _ckpt_epoch(path):
         return None
 
 
+#: ``wavygraph train ARGS`` that SIGKILLs itself right after writing the
+#: checkpoint of epoch KILL_AT: a kill at a known point, no timing.
+KILLING_TRAIN = """
+import os, signal, sys
+from wavygraph import cli
+from wavygraph.train import loop
+
+real = loop.save_checkpoint
+
+def save_then_die(state, *args, **kwargs):
+    real(state, *args, **kwargs)
+    if state.epoch == int(os.environ["KILL_AT"]):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+loop.save_checkpoint = save_then_die
+sys.exit(cli.main(["train", *sys.argv[1:]]))
+"""
+
+
+@pytest.mark.slow  # three training runs, two of them in fresh processes
 def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
-    args = SMALL + ["train.epochs=300", "train.checkpoint_every=5", "train.num_threads=1"]
+    args = SMALL + ["train.epochs=40", "train.checkpoint_every=5", "train.num_threads=1"]
     ref = run(load_config(None, args + [f"out_dir={tmp_path / 'ref'}"]))
 
     out = tmp_path / "killed"
-    cmd = [sys.executable, "-m", "wavygraph", "train", *args, f"out_dir={out}"]
-    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    ckpt = out / "checkpoint.pt"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if ckpt.exists() and (_ckpt_epoch(ckpt) or 0) >= 10:
-            break
-        time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
-    assert proc.returncode == -signal.SIGKILL
+    proc = subprocess.run([sys.executable, "-c", KILLING_TRAIN, *args, f"out_dir={out}"],
+                          env={**_env(), "KILL_AT": "15"}, capture_output=True, timeout=300)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
     assert not (out / "metrics.json").exists()
-    killed_at = _ckpt_epoch(ckpt)
-    assert killed_at is not None and 10 <= killed_at < 300  # a complete file: written atomically
+    assert _ckpt_epoch(out / "checkpoint.pt") == 15  # a complete file: written atomically
+    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
+    cmd = [sys.executable, "-m", "wavygraph", "train", *args, f"out_dir={out}"]
     res = subprocess.run(cmd + ["train.resume=true"], env=_env(), capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr
-    assert f"resuming {out} after epoch" in res.stderr
+    assert f"resuming {out} after epoch 15" in res.stderr
     resumed = json.loads((out / "metrics.json").read_text())
     for key in SCORES:
         assert resumed[key] == ref[key], key
