@@ -133,6 +133,19 @@ def test_load_and_expand(tmp_path):
     assert not {c.hash for c in other} & {c.hash for c in cells}
 
 
+def test_the_hash_is_pinned():
+    """The hash of a fixed config never changes (folders of earlier versions
+    stay valid): this value was printed by the single-module sweep.py that
+    preceded the subpackage, and equals the sha256 of the canonical JSON."""
+    cfg = {"data": {"name": "cora", "root": "/x"}, "model": {"num_layers": 4, "residual": "wave", "tau": 0.5,
+           "graph_weight": None}, "train": {"seed": 1, "device": "cpu", "distributed": False, "lr": 0.001},
+           "out_dir": "runs/a"}
+    assert sw.cell_hash(cfg) == "b78e9cd1e50e00b8"
+    kept = {"data": {"name": "cora"}, "model": cfg["model"], "train": {"seed": 1, "lr": 0.001}}
+    text = json.dumps(kept, sort_keys=True, separators=(",", ":"))
+    assert sw.cell_hash(cfg) == sha256(text.encode()).hexdigest()[:16]
+
+
 def test_an_option_added_later_leaves_old_hashes_alone(monkeypatch):
     """A key of UNHASHED_AT at its listed value hashes as if it did not exist
     (a folder from before the option still matches); any other value counts."""
