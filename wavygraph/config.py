@@ -86,6 +86,7 @@ class ModelConfig:
     input_norm: bool = True  # LayerNorm after the input layer (DIFFormer's --use_bn)
     source: bool = False  # add x_0 to every layer before its norm (DIFFormer's --use_source)
     tau: float = 0.5
+    input_dropout: float = 0.0  # dropout of the raw features before the input layer
     dropout: float = 0.2
     layer_dropout: Optional[float] = None  # None: same as dropout
     dropout_at: str = "state"  # "state" (DIFFormer) or "force" (the Wavy authors: attention output, FFN branches)
@@ -244,8 +245,9 @@ def _check(cfg: DictConfig) -> None:
     for key in ("num_layers", "hidden_channels", "heads"):
         positive(f"model.{key}", m[key])
     positive("model.tau", m.tau)
-    if not 0.0 <= m.dropout < 1.0:
-        raise ConfigError(f"model.dropout={m.dropout!r} must lie in [0, 1)")
+    for key in ("input_dropout", "dropout"):
+        if not 0.0 <= m[key] < 1.0:
+            raise ConfigError(f"model.{key}={m[key]!r} must lie in [0, 1)")
     if m.layer_dropout is not None and not 0.0 <= m.layer_dropout < 1.0:
         raise ConfigError(f"model.layer_dropout={m.layer_dropout!r} must lie in [0, 1) or be null")
     if m.graph_weight is not None and not 0.0 <= m.graph_weight <= 1.0:

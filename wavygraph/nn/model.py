@@ -74,6 +74,9 @@ class WavyDIFFormer(nn.Module):
             every layer's stepped state before its norm (DIFFormer's
             ``--use_source``). (default: :obj:`False`)
         tau (float, optional): step size. (default: :obj:`0.5`)
+        input_dropout (float, optional): dropout of the raw node features
+            before the input layer (as PyG's GCN example drops its input).
+            (default: :obj:`0.0`)
         dropout (float, optional): dropout after the input layer, and in
             every layer unless ``layer_dropout`` is given. (default: :obj:`0.0`)
         layer_dropout (float, optional): the per-layer dropout rate;
@@ -131,6 +134,7 @@ class WavyDIFFormer(nn.Module):
         input_norm: bool = True,
         source: bool = False,
         tau: float = 0.5,
+        input_dropout: float = 0.0,
         dropout: float = 0.0,
         layer_dropout: float | None = None,
         dropout_at: str = "state",
@@ -143,7 +147,7 @@ class WavyDIFFormer(nn.Module):
     ):
         super().__init__()
         self._check_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
-                         dropout, layer_dropout, dropout_at, force_scale, norm, step_impl)
+                         (input_dropout, dropout, layer_dropout), dropout_at, force_scale, norm, step_impl)
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
         self.out_channels = out_channels
@@ -151,6 +155,7 @@ class WavyDIFFormer(nn.Module):
         self.residual = residual
         self.use_graph = use_graph
         self.source = source
+        self.input_dropout = input_dropout
         self.dropout = dropout
         self.layer_dropout = dropout if layer_dropout is None else layer_dropout
         self.dropout_at = dropout_at
@@ -182,7 +187,7 @@ class WavyDIFFormer(nn.Module):
 
     @staticmethod
     def _check_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
-                    dropout, layer_dropout, dropout_at, force_scale, norm, step_impl) -> None:
+                    rates, dropout_at, force_scale, norm, step_impl) -> None:
         for name, value in (
             ("in_channels", in_channels),
             ("hidden_channels", hidden_channels),
@@ -198,7 +203,7 @@ class WavyDIFFormer(nn.Module):
         check_choice("force_scale", force_scale, FORCE_SCALES)
         check_choice("norm", norm, NORMS)
         check_choice("step_impl", step_impl, STEP_IMPLS)
-        for name, value in (("dropout", dropout), ("layer_dropout", layer_dropout)):
+        for name, value in zip(("input_dropout", "dropout", "layer_dropout"), rates):
             if value is not None and not 0.0 <= value < 1.0:
                 raise InputError(f"{name} must lie in [0, 1), got {value!r}")
 
@@ -268,7 +273,7 @@ class WavyDIFFormer(nn.Module):
         if self.use_graph:
             adj = edge_index if edge_index.layout != torch.strided else gcn_adjacency(edge_index, n, x.dtype)
 
-        h = self.input(x)  # (N, C)
+        h = self.input(F.dropout(x, self.input_dropout, self.training))  # (N, C)
         if self.input_norm is not None:
             h = self.input_norm(h)
         h = F.dropout(F.relu(h), self.dropout, self.training)
