@@ -34,12 +34,13 @@ def graph(n=2000, f=16, m=8000, seed=0):
 @pytest.mark.parametrize("kernel", ["simple", "sigmoid"])
 @pytest.mark.parametrize("heads", [1, 4])
 @pytest.mark.parametrize("batched", [False, True])
-def test_conv_cuda_forward_backward_equal_cpu_float64(kernel, heads, batched):
+@pytest.mark.parametrize("value_proj", [True, False])
+def test_conv_cuda_forward_backward_equal_cpu_float64(kernel, heads, batched, value_proj):
     torch.manual_seed(0)
     x, ei = graph()
     batch = (torch.arange(x.shape[0]) * 5 // x.shape[0]) if batched else None
-    conv = DIFFormerConv(16, heads=heads, kernel=kernel, use_graph=True)
-    ref_conv = DIFFormerConv(16, heads=heads, kernel=kernel, use_graph=True).double()
+    conv = DIFFormerConv(16, heads=heads, kernel=kernel, use_graph=True, value_proj=value_proj)
+    ref_conv = DIFFormerConv(16, heads=heads, kernel=kernel, use_graph=True, value_proj=value_proj).double()
     ref_conv.load_state_dict(conv.state_dict())
     xr = x.double().requires_grad_()
     ref = ref_conv(xr, ei, batch)
@@ -84,6 +85,25 @@ def test_conv_bf16_autocast_cuda_close_to_float32():
         out = conv(x, ei)
     assert torch.isfinite(out).all()
     assert rel(out, ref) < 1e-2
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("kernel", ["simple", "sigmoid"])
+def test_conv_cast_to_half_precision_cuda(dtype, kernel):
+    """A conv cast to bf16 / fp16 on the GPU: finite output and gradients,
+    close to the float32 layer."""
+    torch.manual_seed(0)
+    x, ei = graph()
+    ref_conv = DIFFormerConv(16, heads=2, kernel=kernel, use_graph=True).to(DEV)
+    conv = DIFFormerConv(16, heads=2, kernel=kernel, use_graph=True).to(DEV, dtype)
+    conv.load_state_dict(ref_conv.state_dict())
+    x, ei = x.to(DEV), ei.to(DEV)
+    xh = x.to(dtype).requires_grad_()
+    out = conv(xh, ei)
+    out.float().square().mean().backward()
+    assert out.dtype == dtype and torch.isfinite(out).all() and torch.isfinite(xh.grad).all()
+    assert all(torch.isfinite(p.grad).all() for p in conv.parameters())
+    assert rel(out, ref_conv(x, ei)) < (2e-2 if dtype == torch.bfloat16 else 3e-3)
 
 
 @pytest.mark.parametrize("residual", ["diffusion", "wave", "mix", "light_wave"])

@@ -31,7 +31,7 @@ from torch import Tensor
 from torch_geometric.utils import degree
 
 from .nn.conv import DIFFormerConv
-from .nn.functional import _normalize
+from .nn.functional import normalize_qk
 
 #: Names of the per-layer measures in the order :func:`layer_diagnostics`
 #: returns them.
@@ -153,7 +153,7 @@ def cosine_similarity(h: Tensor) -> float:
 
 def attention_qk(conv: DIFFormerConv, x: Tensor) -> tuple[Tensor, Tensor]:
     r"""The normalised queries and keys :math:`\tilde Q, \tilde K` that
-    ``conv`` uses on input ``x`` (one graph), recomputed from ``conv.qkv``
+    ``conv`` uses on input ``x`` (one graph), recomputed from its projection
     with the layer's ``qk_norm`` (the global Frobenius norm runs over all
     nodes and heads, as in the layer).
 
@@ -161,9 +161,8 @@ def attention_qk(conv: DIFFormerConv, x: Tensor) -> tuple[Tensor, Tensor]:
         - **input:** x ``(N, channels)``
         - **output:** q~, k~ of shape ``(N, H, D)`` each
     """
-    n = x.shape[0]
-    q, k, _ = conv.qkv(x).view(n, 3, conv.heads, conv.head_channels).unbind(1)  # (N, H, D)
-    return _normalize(q, k, conv.qk_norm)
+    q, k, _ = conv.project(x)  # (N, H, D)
+    return normalize_qk(q, k, conv.qk_norm)
 
 
 def simple_attention_matrix(q: Tensor, k: Tensor) -> Tensor:

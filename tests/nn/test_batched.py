@@ -5,7 +5,9 @@ import torch
 from torch_geometric.utils import to_dense_batch
 
 from wavygraph.nn import DIFFormerConv
-from wavygraph.nn.functional import Segments, all_pair_attention
+from wavygraph.nn import folded, segments
+from wavygraph.nn.functional import all_pair_attention
+from wavygraph.nn.segments import Buckets, bucket_rows
 
 
 def padded_simple(q, k, v, batch):
@@ -80,35 +82,64 @@ def test_gradcheck_folded_batched():
     assert torch.autograd.gradcheck(lambda t: conv(t), (x,))
 
 
-def test_segments_products():
-    batch = torch.tensor([2, 0, 2, 2, 0, 3])  # graph 1 empty
-    seg = Segments(batch, rows=2)
-    x = torch.randn(6, 3, dtype=torch.float64)
-    y = torch.randn(6, 4, dtype=torch.float64)
-    outer = seg.outer(seg.pad(x), seg.pad(y))
-    for b in range(4):
-        m = batch == b
-        torch.testing.assert_close(outer[b], x[m].T @ y[m])
-    mats = torch.randn(4, 3, 5, dtype=torch.float64)
-    prod = seg.unpad(seg.matmul(seg.pad(x), mats))
-    torch.testing.assert_close(prod, torch.einsum("nc,nce->ne", x, mats[batch]))
+def test_buckets_layout_pad_views_tiles():
+    batch = torch.tensor([2, 0, 2, 2, 0, 3, 2, 2, 2, 2, 2, 2, 2])  # graph 1 empty, graph 2: 10 nodes
+    lay = Buckets(batch, per_octave=1)  # padded rows: 8, 0, 16, 8
+    assert lay.slot_graph.tolist() == [1, 0, 3, 2] and lay.counts.tolist() == [0, 2, 1, 10]
+    assert [b[4] for b in lay.buckets] == [0, 8, 16] and lay.num_rows == 32
+    x = torch.randn(13, 3, dtype=torch.float64)
+    xp = lay.pad(x)
+    torch.testing.assert_close(lay.unpad(xp), x, rtol=0, atol=0)
+    assert xp.abs().sum(1).ne(0).sum() == 13  # the rest are zero rows
+    for g0, g1, view in lay.views(xp):  # every graph's rows, in the given order, then zeros
+        for slot in range(g0, g1):
+            rows = x[batch == lay.slot_graph[slot]]
+            torch.testing.assert_close(view[slot - g0, : rows.shape[0]], rows, rtol=0, atol=0)
+            mask = lay.key_mask(g0, g1, view.shape[1])
+            assert mask[slot - g0].sum() == rows.shape[0]
+    # tiles: every padded row of a non-empty graph exactly once
+    for block in (1, 5, 8, 100):
+        seen = torch.zeros(lay.num_rows, dtype=torch.long)
+        for g0, g1, r0, rows in lay.tiles(block):
+            assert (g1 - g0 == 1 or rows <= block) and rows >= 1
+            seen[r0 : r0 + (g1 - g0) * rows] += 1
+        assert seen.tolist() == [1] * 32
+    whole = Buckets.whole(13)
+    assert whole.pad(x) is x and whole.unpad(x) is x and whole.key_mask(0, 1, 13) is None
+
+
+@pytest.mark.parametrize("block_rows", [16, 8192])
+def test_folded_row_blocks_equal_reference(block_rows, monkeypatch):
+    """The folded path in small row blocks (big graphs cut, small ones
+    grouped) against the functional reference, outputs and gradients."""
+    monkeypatch.setattr(folded, "BLOCK_ROWS", block_rows)
+    torch.manual_seed(0)
+    sizes = [3, 40, 1, 65, 17, 9, 9]
+    batch, _ = graphs(sizes)
+    conv = DIFFormerConv(5, heads=3, use_graph=False).double()
+    x = torch.randn(batch.numel(), 5, dtype=torch.float64, requires_grad=True)
+    for b in (batch, None):
+        out = conv(x, batch=b)
+        ref = all_pair_attention(*conv.project(x), batch=b).mean(1)
+        torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+        g1 = torch.autograd.grad(out.square().sum(), [x, conv.qkv.weight, conv.qkv.bias])
+        g2 = torch.autograd.grad(ref.square().sum(), [x, conv.qkv.weight, conv.qkv.bias])
+        for a, r in zip(g1, g2):
+            torch.testing.assert_close(a, r, rtol=0, atol=1e-10)
 
 
 @pytest.mark.parametrize("per_octave", [8, 1])  # CPU's fine buckets; accelerators' powers of two
 def test_buckets_many_sizes_unsorted_and_empty_graph(per_octave, monkeypatch):
     """Graph sizes over many buckets, nodes in any order, a graph index with
     no nodes: outputs and gradients equal those of each graph alone."""
-    from wavygraph.nn import functional
-    from wavygraph.nn.functional import Buckets, _bucket_rows
-
-    monkeypatch.setitem(functional.BUCKETS_PER_OCTAVE, "cpu", per_octave)
+    monkeypatch.setitem(segments.BUCKETS_PER_OCTAVE, "cpu", per_octave)
     torch.manual_seed(0)
     sizes = [1, 7, 8, 9, 64, 65, 130, 257, 3, 40]
     batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
     batch = torch.where(batch >= 4, batch + 1, batch)  # graph 4 has no nodes
     batch = batch[torch.randperm(batch.numel())]
     n = torch.tensor(sizes)
-    rows = _bucket_rows(n, per_octave)
+    rows = bucket_rows(n, per_octave)
     assert bool((rows >= n).all()) and bool((rows - n <= n // per_octave + 7).all())
     if per_octave == 1:
         assert rows.tolist() == [8, 8, 8, 16, 64, 128, 256, 512, 8, 64]

@@ -1,3 +1,5 @@
+import math
+
 import pytest
 import torch
 
@@ -7,6 +9,8 @@ from wavygraph.nn.functional import all_pair_attention
 def dense_reference(q, k, v, kernel, qk_norm):
     """Exact N x N attention with explicit per-head loops."""
     n, h, _ = q.shape
+    if qk_norm is None:  # each kernel's own: DIFFormer-s normalises, DIFFormer-a does not
+        qk_norm = "global" if kernel == "simple" else "none"
     if qk_norm == "global":
         q = q / q.norm()
         k = k / k.norm()
@@ -45,6 +49,39 @@ def test_sigmoid_without_norm_matches_reference():
     q, k, v = rand_qkv(20)
     out = all_pair_attention(q, k, v, kernel="sigmoid", qk_norm="none")
     torch.testing.assert_close(out, dense_reference(q, k, v, "sigmoid", "none"), rtol=0, atol=1e-10)
+
+
+def test_sigmoid_default_is_difformer_a_on_raw_projections():
+    """kernel='sigmoid' with the default qk_norm: weights sigmoid(q_i . k_j)
+    of the raw q, k (no normalisation, no softmax), divided by their row sum."""
+    q, k, v = rand_qkv(23, h=2, d=4, dv=3, seed=5)
+    out = all_pair_attention(q, k, v, kernel="sigmoid")
+    ref = torch.empty(23, 2, 3, dtype=torch.float64)
+    for h in range(2):
+        for i in range(23):
+            w = torch.tensor([1.0 / (1.0 + math.exp(-float(q[i, h] @ k[j, h]))) for j in range(23)], dtype=torch.float64)
+            ref[i, h] = (w / w.sum()) @ v[:, h]
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    # the globally normalised variant is a different, nearly uniform attention
+    assert (all_pair_attention(q, k, v, kernel="sigmoid", qk_norm="global") - ref).abs().max() > 1e-2
+
+
+@pytest.mark.parametrize("kernel", ["simple", "sigmoid"])
+def test_value_shared_by_heads(kernel):
+    """v of shape (N, 1, Dv) is every head's value (DIFFormer without value projection)."""
+    q, k, v = rand_qkv(15, h=3, dv=4)
+    shared = v[:, :1]
+    batch = torch.tensor([0, 1] * 7 + [1])
+    for b in (None, batch):
+        out = all_pair_attention(q, k, shared, batch=b, kernel=kernel)
+        ref = all_pair_attention(q, k, shared.expand(15, 3, 4).contiguous(), batch=b, kernel=kernel)
+        torch.testing.assert_close(out, ref, rtol=0, atol=0)
+    torch.testing.assert_close(
+        all_pair_attention(q, k, shared, kernel=kernel), dense_reference(q, k, shared.expand(15, 3, 4), kernel, None),
+        rtol=0, atol=1e-10,
+    )
+    with pytest.raises(ValueError, match=r"v must have shape \(N, H, Dv\) or \(N, 1, Dv\)"):
+        all_pair_attention(q, k, v[:, :2], kernel=kernel)
 
 
 def test_reference_is_sensitive():
@@ -91,7 +128,7 @@ def test_gradcheck_batched(kernel):
 
 
 @pytest.mark.parametrize("kernel", ["simple", "sigmoid"])
-@pytest.mark.parametrize("qk_norm", ["global", "row"])
+@pytest.mark.parametrize("qk_norm", ["global", "row", None])
 def test_batch_equals_each_graph_alone(kernel, qk_norm):
     sizes = [1, 2, 7, 300]
     q, k, v = rand_qkv(sum(sizes), h=2, d=4, dv=3, seed=1)

@@ -17,10 +17,19 @@ def gcn_adjacency(edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch
     Build it once per graph and pass it to every layer instead of
     ``edge_index`` (as PyG convs accept ``adj_t``).
 
+    Args:
+        edge_index (torch.Tensor): edges ``(2, E)``.
+        num_nodes (int): number of nodes ``N``.
+        dtype (torch.dtype, optional): dtype of the weights; half precision
+            (``float16``, ``bfloat16``) is stored as ``float32``, the
+            precision :func:`propagate` sums those in.
+            (default: ``torch.float32``)
+
     Shapes:
         - **input:** edge_index ``(2, E)``
         - **output:** sparse CSR ``(N, N)``
     """
+    dtype = torch.promote_types(dtype, torch.float32)
     ei, w = gcn_norm(edge_index, None, num_nodes, add_self_loops=True, dtype=dtype)
     with warnings.catch_warnings():  # torch's "sparse CSR is beta" notice
         warnings.simplefilter("ignore", UserWarning)
@@ -28,21 +37,27 @@ def gcn_adjacency(edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch
 
 
 def propagate(adj: Tensor, x: Tensor) -> Tensor:
-    """``adj @ x`` for a sparse ``adj`` and dense ``x`` of shape ``(N, ...)``.
+    """``adj @ x`` for a sparse ``adj`` and dense ``x`` of shape ``(N, ...)``,
+    returned in ``x``'s dtype.
 
-    Low-precision ``x`` (bf16/fp16, e.g. under autocast) is summed in the
-    adjacency's precision (at least float32); the result has that dtype."""
+    The product runs in the wider of the two dtypes and at least float32:
+    the sparse kernels lack half precision on CPU (``bfloat16``, ``float16``
+    ``x``, from a cast model or autocast, is summed in float32 and cast back).
+
+    Shapes:
+        - **input:** adj sparse ``(N, N)``, x ``(N, *)``
+        - **output:** ``(N, *)``
+    """
+    wide = torch.promote_types(torch.promote_types(adj.dtype, x.dtype), torch.float32)
     with torch.autocast(device_type=x.device.type, enabled=False):
-        if x.dtype != adj.dtype:
-            x = x.to(torch.promote_types(adj.dtype, torch.float32))
-            if adj.dtype != x.dtype:
-                adj = adj.to(x.dtype)
-        x2 = x.flatten(1)  # not reshape(n, -1): also valid for n = 0
+        x2 = x.flatten(1).to(wide)  # not reshape(n, -1): also valid for n = 0
+        if adj.dtype != wide:
+            adj = adj.to(wide)
         if adj.requires_grad or not x2.requires_grad:
             out = torch.sparse.mm(adj, x2)
         else:
             out = _SparseMM.apply(adj, x2)
-    return out.view(x.shape)
+    return out.view(x.shape).to(x.dtype)
 
 
 def _transposed(adj: Tensor) -> Tensor:
