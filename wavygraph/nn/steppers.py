@@ -228,7 +228,9 @@ class MixStepper(LearnableLamStepper):
 
     @staticmethod
     def update(x, v, force, tau, lam):
-        v = torch.lerp(force, torch.add(v, force, alpha=tau), lam)  # lam (v + tau F) + (1 - lam) F
+        dtype = torch.promote_types(v.dtype, force.dtype)  # mixed under autocast
+        force = force.to(dtype)
+        v = torch.lerp(force, torch.add(v.to(dtype), force, alpha=tau), lam.to(dtype))  # lam (v + tau F) + (1 - lam) F
         return torch.add(x, v, alpha=tau), v
 
 
