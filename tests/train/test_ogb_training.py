@@ -1,5 +1,7 @@
 """Train on OGB-format stand-ins through the registry and check the reported
 scores against OGB's Evaluator computed here, independently."""
+import inspect
+
 import pandas as pd
 import pytest
 import torch
@@ -77,8 +79,9 @@ def test_train_scores_match_ogb_evaluator(ogb_root, tmp_path, name, batch_size, 
     else:
         x, edge_index = g.x, to_undirected(g.edge_index)
     ckpt = torch.load(out / "model.pt")
+    wavy_keys = inspect.signature(WavyDIFFormer.__init__).parameters
     model = WavyDIFFormer(x.shape[1], out_channels=ds.num_tasks if name == "ogbn-proteins" else 40,
-                          **ckpt["config"]["model"])
+                          **{k: v for k, v in ckpt["config"]["model"].items() if k in wavy_keys})
     model.load_state_dict(ckpt["state_dict"])
     model.eval()
     chunk = batch_size if eval_batch_size is None else eval_batch_size

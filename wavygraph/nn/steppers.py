@@ -275,28 +275,28 @@ class LightWaveStepper(LearnableLamStepper):
 
 
 class _LightWaveStep(torch.autograd.Function):
-    """``x + tau F + lam (x - v)`` with a written-out backward. Nothing new is
-    saved (``x`` and ``v`` are alive anyway) and the forward allocates one
-    array, as diffusion's step does: on CPU each fresh ``(N, C)`` array costs
-    page faults. The gradients of ``x`` and ``v`` are one pass each,
-    ``lam``'s two reductions."""
+    """``x + tau F + lam (x - v)`` with a written-out backward: the gradients
+    of ``x`` and ``v`` are one pass each, ``lam``'s one reduction (autograd
+    through the plain ops adds a negation and an accumulation pass). The
+    momentum ``x - v`` is formed first, so ``x == v`` (the first layer) adds
+    exactly nothing."""
 
     @staticmethod
     def forward(ctx, x: Tensor, v: Tensor, force: Tensor, lam: Tensor, tau: float) -> Tensor:
+        d = x - v  # (N, C)
         ctx.tau = tau
-        ctx.save_for_backward(x, v, lam)
-        out = torch.add(x, force, alpha=tau).addcmul_(x, lam)
-        return out.addcmul_(v, lam, value=-1.0)
+        ctx.save_for_backward(d, lam)
+        return torch.add(x, force, alpha=tau).addcmul_(d, lam)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, g: Tensor):
-        x, v, lam = ctx.saved_tensors
+        d, lam = ctx.saved_tensors
         need = ctx.needs_input_grad
         gx = torch.addcmul(g, g, lam) if need[0] else None  # g (1 + lam)
         gv = torch.mul(g, -lam) if need[1] else None
         gf = torch.mul(g, ctx.tau) if need[2] else None
-        glam = torch.linalg.vecdot(g, x, dim=0) - torch.linalg.vecdot(g, v, dim=0) if need[3] else None
+        glam = torch.linalg.vecdot(g, d, dim=0) if need[3] else None  # sum_n g d
         return gx, gv, gf, glam, None
 
 
