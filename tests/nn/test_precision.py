@@ -76,7 +76,7 @@ def test_model_bf16_autocast_training_step():
         out = model(x, ei)
         loss = F.cross_entropy(out.float(), torch.randint(0, 3, (200,)))
     loss.backward()
-    assert rel_err(out, ref) < 1e-2
+    assert rel_err(out, ref) < 2e-2  # a few roundings of 8 bits, as above
     assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
 
 

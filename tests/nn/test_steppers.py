@@ -244,8 +244,12 @@ class WaveStepperLike(_Heun):
     pass
 
 
-def test_light_wave_step_function_gradcheck():
-    from wavygraph.nn.steppers import _LightWaveStep
+@pytest.mark.parametrize("block", [8, 2**18])  # 8 elements: blocks of two rows, the last one short
+def test_light_wave_step_function_gradcheck(monkeypatch, block):
+    from wavygraph.nn import light_wave_fn
+    from wavygraph.nn.light_wave_fn import LightWaveStep as _LightWaveStep
+
+    monkeypatch.setattr(light_wave_fn, "BLOCK", block)
 
     g = torch.Generator().manual_seed(4)
     x, v, f = (torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
@@ -261,3 +265,38 @@ def test_light_wave_step_function_gradcheck():
     gb = torch.autograd.grad((ref * w).sum(), (x, v, f, lw.theta))
     for a, b in zip(ga, gb):
         torch.testing.assert_close(a, b, rtol=1e-13, atol=1e-14)
+
+
+@pytest.mark.parametrize("block", [8, 2**18])
+def test_light_wave_layer_norm_function_is_the_composition(monkeypatch, block):
+    """The fused step + LayerNorm of the paper's Light Wave: gradcheck, and
+    outputs and every gradient equal to LN(x + tau F + lam (x - x_prev))
+    written out with plain ops (float64)."""
+    from wavygraph.nn import JointLayerNorm, light_wave_fn
+    from wavygraph.nn.light_wave_fn import LightWaveLayerNorm
+
+    monkeypatch.setattr(light_wave_fn, "BLOCK", block)
+    g = torch.Generator().manual_seed(5)
+    x, v, f = (torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    lam = torch.rand(4, generator=g, dtype=torch.float64).requires_grad_()
+    w = (torch.rand(4, generator=g, dtype=torch.float64) + 0.5).requires_grad_()
+    b = torch.randn(4, generator=g, dtype=torch.float64, requires_grad=True)
+    inputs = (x, v, f, lam, w, b)
+    assert torch.autograd.gradcheck(lambda *a: LightWaveLayerNorm.apply(*a, 0.3, 1e-5), inputs)
+
+    def literal(x, v, f, lam, w, b):
+        s = x + 0.3 * f + lam * (x - v)
+        mu = s.mean(-1, keepdim=True)
+        var = ((s - mu) ** 2).mean(-1, keepdim=True)
+        return (s - mu) / torch.sqrt(var + 1e-5) * w + b
+
+    out, ref = LightWaveLayerNorm.apply(*inputs, 0.3, 1e-5), literal(*inputs)
+    torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    probe = torch.randn(7, 4, generator=g, dtype=torch.float64)
+    for a, r in zip(torch.autograd.grad((out * probe).sum(), inputs), torch.autograd.grad((ref * probe).sum(), inputs)):
+        torch.testing.assert_close(a, r, rtol=1e-10, atol=1e-12)
+    # the first layer (x_prev is x itself) and the stepper's own path take it
+    stepper, norm = make_stepper("light_wave", 4, tau=0.3).double(), JointLayerNorm(4).double()
+    state = stepper.step_and_norm(stepper.init(x), f, norm)
+    torch.testing.assert_close(state.x, literal(x, x, f, stepper.lam, norm.weight, norm.bias), rtol=1e-12, atol=1e-12)
+    assert state.v is x

@@ -38,6 +38,7 @@ from torch.autograd.function import once_differentiable
 
 from . import fused
 from .joint import JointLayerNorm, needs_plain_ops
+from .light_wave_fn import LightWaveLayerNorm, LightWaveStep, light_wave_update
 
 
 class StepState(NamedTuple):
@@ -264,40 +265,26 @@ class LightWaveStepper(LearnableLamStepper):
 
     @staticmethod
     def update(x, v, force, tau, lam):
-        return torch.add(x, force, alpha=tau).addcmul_(lam, x - v), x
+        return light_wave_update(x, v, force, tau, lam), x
 
     def forward(self, state: StepState, force: Tensor) -> StepState:
         x, v = state
         lam = self.lam_or_none(force.dtype)
         if needs_plain_ops(x, v, force, lam):
             return StepState(*self.update(x, v, force, self.tau, lam))
-        return StepState(_LightWaveStep.apply(x, v, force, lam, self.tau), x)
+        return StepState(LightWaveStep.apply(x, v, force, lam, self.tau), x)
 
-
-class _LightWaveStep(torch.autograd.Function):
-    """``x + tau F + lam (x - v)`` with a written-out backward: the gradients
-    of ``x`` and ``v`` are one pass each, ``lam``'s one reduction (autograd
-    through the plain ops adds a negation and an accumulation pass). The
-    momentum ``x - v`` is formed first, so ``x == v`` (the first layer) adds
-    exactly nothing."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, v: Tensor, force: Tensor, lam: Tensor, tau: float) -> Tensor:
-        d = x - v  # (N, C)
-        ctx.tau = tau
-        ctx.save_for_backward(d, lam)
-        return torch.add(x, force, alpha=tau).addcmul_(d, lam)
-
-    @staticmethod
-    @once_differentiable
-    def backward(ctx, g: Tensor):
-        d, lam = ctx.saved_tensors
-        need = ctx.needs_input_grad
-        gx = torch.addcmul(g, g, lam) if need[0] else None  # g (1 + lam)
-        gv = torch.mul(g, -lam) if need[1] else None
-        gf = torch.mul(g, ctx.tau) if need[2] else None
-        glam = torch.linalg.vecdot(g, d, dim=0) if need[3] else None  # sum_n g d
-        return gx, gv, gf, glam, None
+    def step_and_norm(self, state: StepState, force: Tensor, norm: Norm, impl: str = "eager") -> StepState:
+        """Eager with a :class:`~wavygraph.nn.joint.JointLayerNorm`: the step
+        and the norm in one autograd function
+        (:class:`~wavygraph.nn.light_wave_fn.LightWaveLayerNorm`, equal to
+        the composition, tested); otherwise the step, then ``norm``."""
+        x, v = state
+        if (not isinstance(norm, JointLayerNorm) or impl != "eager" or fused.is_compiling()
+                or needs_plain_ops(x, v, force, norm.weight)):
+            return super().step_and_norm(state, force, norm, impl)
+        lam = self.lam_or_none(force.dtype)
+        return StepState(LightWaveLayerNorm.apply(x, v, force, lam, norm.weight, norm.bias, self.tau, norm.eps), x)
 
 
 #: The registry of residual kinds, name -> class, in registration order.
