@@ -85,6 +85,7 @@ class ModelConfig:
     value_proj: bool = True  # false: values = the layer input (DIFFormer's --use_weight off)
     input_norm: bool = True  # LayerNorm after the input layer (DIFFormer's --use_bn)
     source: bool = False  # add x_0 to every layer before its norm (DIFFormer's --use_source)
+    source_weight: float = 1.0  # weight alpha of the added x_0 (ours; DIFFormer: 1), only with source
     tau: float = 0.5
     input_dropout: float = 0.0  # dropout of the raw features before the input layer
     dropout: float = 0.2

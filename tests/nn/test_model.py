@@ -150,6 +150,36 @@ def test_difformer_switches():
     torch.testing.assert_close(model(x, GRAPH), model.output(h), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("residual", ["diffusion", "wave"])
+def test_source_weight_adds_alpha_x0(residual):
+    """source_weight=alpha (this package's own): alpha * x_0 added before each norm,
+    written out for diffusion and for wave (velocity through the joint LayerNorm)."""
+    torch.manual_seed(0)
+    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual=residual, source=True, source_weight=0.3,
+                          tau=0.7).double().eval()
+    x = torch.randn(7, 5, dtype=torch.float64)
+    h0 = F.relu(model.input_norm(model.input(x)))
+    h, y = h0, torch.zeros_like(h0)
+    for conv, norm in zip(model.convs, model.norms):
+        f = conv(h, GRAPH) - h
+        if residual == "diffusion":
+            h = _ln(h + 0.7 * f + 0.3 * h0, norm)
+        else:
+            y = y + 0.7 * f
+            h, y = _joint_ln(h + 0.7 * y + 0.3 * h0, y, norm)
+    torch.testing.assert_close(model(x, GRAPH), model.output(h), rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(source_weight=0.5), "needs source=True"),
+    (dict(source=True, source_weight=-0.1), "source_weight must be a number >= 0"),
+    (dict(source=True, source_weight=float("nan")), "source_weight must be a number >= 0"),
+])
+def test_source_weight_rejected(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        WavyDIFFormer(5, 8, 3, **kwargs)
+
+
 def test_dropout_at_force_is_the_authors_placement():
     """dropout_at='force': F = dropout(conv(x)) - x, FFN branches with their own masks;
     the state itself is never masked. Replayed with the same random numbers."""

@@ -73,6 +73,11 @@ class WavyDIFFormer(nn.Module):
         source (bool, optional): add the input embedding :math:`X_0` to
             every layer's stepped state before its norm (DIFFormer's
             ``--use_source``). (default: :obj:`False`)
+        source_weight (float, optional): the weight :math:`\alpha` of the
+            added input embedding, :math:`\alpha X_0` (this package's own
+            option, after GCNII's and APPNP's initial residual; DIFFormer
+            adds :math:`X_0` itself, ``1.0``). Only with ``source=True``.
+            (default: :obj:`1.0`)
         tau (float, optional): step size. (default: :obj:`0.5`)
         input_dropout (float, optional): dropout of the raw node features
             before the input layer (as PyG's GCN example drops its input).
@@ -133,6 +138,7 @@ class WavyDIFFormer(nn.Module):
         value_proj: bool = True,
         input_norm: bool = True,
         source: bool = False,
+        source_weight: float = 1.0,
         tau: float = 0.5,
         input_dropout: float = 0.0,
         dropout: float = 0.0,
@@ -154,7 +160,13 @@ class WavyDIFFormer(nn.Module):
         self.num_layers = num_layers
         self.residual = residual
         self.use_graph = use_graph
+        if isinstance(source_weight, bool) or not isinstance(source_weight, (int, float)) \
+                or not 0.0 <= source_weight < float("inf"):
+            raise InputError(f"source_weight must be a number >= 0, got {source_weight!r}")
+        if not source and source_weight != 1.0:
+            raise InputError(f"source_weight={source_weight!r} needs source=True (it weights the added x_0)")
         self.source = source
+        self.source_weight = float(source_weight)
         self.input_dropout = input_dropout
         self.dropout = dropout
         self.layer_dropout = dropout if layer_dropout is None else layer_dropout
@@ -278,7 +290,7 @@ class WavyDIFFormer(nn.Module):
             h = self.input_norm(h)
         h = F.dropout(F.relu(h), self.dropout, self.training)
         state = self.steppers[0].init(h)
-        x0 = h if self.source else None
+        x0 = (h if self.source_weight == 1.0 else self.source_weight * h) if self.source else None
         hidden = [h]
         for i in range(self.num_layers):
             state = self._layer(i, state, adj, batch, x0)
