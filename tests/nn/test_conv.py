@@ -50,7 +50,7 @@ GRAPH = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 0], [1, 0, 2, 1, 4, 3, 5, 4, 5]])
 
 @pytest.mark.parametrize("heads", [1, 2])
 @pytest.mark.parametrize("kernel", ["simple", "sigmoid"])
-@pytest.mark.parametrize("graph_weight", [None, 0.8])
+@pytest.mark.parametrize("graph_weight", [None, 0.8, 1.0])
 @pytest.mark.parametrize("qk_norm", ["global", "row", None])
 @pytest.mark.parametrize("value_proj", [True, False])
 def test_conv_matches_dense(heads, kernel, graph_weight, qk_norm, value_proj):
@@ -70,6 +70,20 @@ def test_conv_without_graph():
     conv = DIFFormerConv(4, heads=3, use_graph=False).double()
     x = torch.randn(6, 4, dtype=torch.float64)
     torch.testing.assert_close(conv(x), dense_conv(conv, x, GRAPH), rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("value_proj", [True, False])
+def test_conv_graph_weight_one_skips_the_attention(value_proj):
+    """graph_weight=1: the local branch alone (the dense reference's (1 - 1) * Attn + A V); the
+    attention is not computed, so the q/k rows of the projection get a zero gradient."""
+    torch.manual_seed(0)
+    conv = DIFFormerConv(4, heads=2, graph_weight=1.0, value_proj=value_proj).double()
+    x = torch.randn(6, 4, dtype=torch.float64, requires_grad=True)
+    out = conv(x, GRAPH)
+    torch.testing.assert_close(out, dense_conv(conv, x, GRAPH), rtol=0, atol=1e-12)
+    out.sum().backward()
+    grad = conv.qkv.weight.grad
+    assert grad is None or grad[: 2 * 2 * 4].abs().max() == 0
 
 
 def test_conv_batched_equals_separate():

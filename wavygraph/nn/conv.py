@@ -133,6 +133,9 @@ class DIFFormerConv(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, batch: Tensor | None = None) -> Tensor:
         n = check_inputs(x, self.channels, edge_index, batch, self.use_graph, finite=False)
+        if self.use_graph and self.graph_weight == 1.0:  # the global branch has weight 0: not computed
+            out = propagate(self._adjacency(edge_index, n, x.dtype), self._mean_value(x)).to(x.dtype)
+            return out if self.out is None else self.out(out)
         if self.kernel == "simple" and self.qk_norm == "global" and n > 0:
             out = folded_simple_attention(x, self.qkv.weight, self.qkv.bias, self.heads, batch, self.value_proj)
         else:
