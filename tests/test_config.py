@@ -96,3 +96,26 @@ def test_model_config_covers_every_model_option():
                 assert f.default_factory() == {} and defaults[f.name] is None, f.name
             else:
                 assert f.default == defaults[f.name], f.name
+
+
+def test_planetoid_configs_carry_the_cora_recipe():
+    """citeseer.yaml and pubmed.yaml are configs/cora.yaml (the depth recipe) with only the
+    data set and out_dir changed; the recipe sweep varies depth, kind and seed only."""
+    from pathlib import Path
+
+    from wavygraph.sweep.spec import expand, load_sweep
+
+    repo = Path(__file__).resolve().parents[1] / "configs"
+    cora = OmegaConf.to_container(load_config(str(repo / "cora.yaml")))
+    assert cora["model"]["residual"] == "light_wave" and cora["model"]["source_weight"] == 0.25
+    for name in ("citeseer", "pubmed"):
+        other = OmegaConf.to_container(load_config(str(repo / f"{name}.yaml")))
+        assert other["data"]["name"] == name and other["out_dir"] == f"runs/{name}"
+        for tree in (other, cora):
+            tree["data"].pop("name"), tree.pop("out_dir")
+        assert other == cora
+        cora = OmegaConf.to_container(load_config(str(repo / "cora.yaml")))
+    cells = expand(load_sweep(str(repo / "sweeps" / "cora_recipe.yaml")))
+    assert len(cells) == 50
+    assert {k for c in cells for k in c.params} == {"model.num_layers", "model.residual", "train.seed"}
+    assert {c.config["model"]["source_weight"] for c in cells} == {0.25}
