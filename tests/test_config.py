@@ -106,15 +106,15 @@ def test_planetoid_configs_carry_the_cora_recipe():
     from wavygraph.sweep.spec import expand, load_sweep
 
     repo = Path(__file__).resolve().parents[1] / "configs"
-    cora = OmegaConf.to_container(load_config(str(repo / "cora.yaml")))
+
+    def recipe(name):  # the config without its data set name and out_dir, which must be the set's own
+        tree = OmegaConf.to_container(load_config(str(repo / f"{name}.yaml")))
+        assert tree["data"].pop("name") == name and tree.pop("out_dir") == f"runs/{name}"
+        return tree
+
+    cora = recipe("cora")
     assert cora["model"]["residual"] == "light_wave" and cora["model"]["source_weight"] == 0.25
-    for name in ("citeseer", "pubmed"):
-        other = OmegaConf.to_container(load_config(str(repo / f"{name}.yaml")))
-        assert other["data"]["name"] == name and other["out_dir"] == f"runs/{name}"
-        for tree in (other, cora):
-            tree["data"].pop("name"), tree.pop("out_dir")
-        assert other == cora
-        cora = OmegaConf.to_container(load_config(str(repo / "cora.yaml")))
+    assert recipe("citeseer") == cora and recipe("pubmed") == cora
     cells = expand(load_sweep(str(repo / "sweeps" / "cora_recipe.yaml")))
     assert len(cells) == 50
     assert {k for c in cells for k in c.params} == {"model.num_layers", "model.residual", "train.seed"}

@@ -133,20 +133,26 @@ class DIFFormerConv(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, batch: Tensor | None = None) -> Tensor:
         n = check_inputs(x, self.channels, edge_index, batch, self.use_graph, finite=False)
-        if self.use_graph and self.graph_weight == 1.0:  # the global branch has weight 0: not computed
-            out = propagate(self._adjacency(edge_index, n, x.dtype), self._mean_value(x)).to(x.dtype)
-            return out if self.out is None else self.out(out)
-        if self.kernel == "simple" and self.qk_norm == "global" and n > 0:
-            out = folded_simple_attention(x, self.qkv.weight, self.qkv.bias, self.heads, batch, self.value_proj)
+        w = self.graph_weight
+        if not self.use_graph:
+            out = self._global(x, batch, n)
         else:
-            q, k, v = self.project(x)
-            out = all_pair_attention(q, k, v, batch, self.kernel, self.qk_norm).mean(1)  # (N, Dv)
-        if self.use_graph:
             local = propagate(self._adjacency(edge_index, n, x.dtype), self._mean_value(x))  # (N, Dv)
-            w = self.graph_weight
-            out = out + local if w is None else (1.0 - w) * out + w * local
+            if w is None:
+                out = self._global(x, batch, n) + local
+            elif w == 1.0:  # the global branch has weight 0: not computed
+                out = local
+            else:
+                out = (1.0 - w) * self._global(x, batch, n) + w * local
         out = out.to(x.dtype)
         return out if self.out is None else self.out(out)
+
+    def _global(self, x: Tensor, batch: Tensor | None, n: int) -> Tensor:
+        """The all-pair attention branch, heads averaged, ``(N, Dv)``."""
+        if self.kernel == "simple" and self.qk_norm == "global" and n > 0:
+            return folded_simple_attention(x, self.qkv.weight, self.qkv.bias, self.heads, batch, self.value_proj)
+        q, k, v = self.project(x)
+        return all_pair_attention(q, k, v, batch, self.kernel, self.qk_norm).mean(1)  # (N, Dv)
 
     @staticmethod
     def _adjacency(edge_index: Tensor, n: int, dtype: torch.dtype) -> Tensor:

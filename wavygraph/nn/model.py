@@ -153,18 +153,14 @@ class WavyDIFFormer(nn.Module):
     ):
         super().__init__()
         self._check_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
-                         (input_dropout, dropout, layer_dropout), dropout_at, force_scale, norm, step_impl)
+                         (input_dropout, dropout, layer_dropout), dropout_at, force_scale, norm, step_impl,
+                         source, source_weight)
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
         self.out_channels = out_channels
         self.num_layers = num_layers
         self.residual = residual
         self.use_graph = use_graph
-        if isinstance(source_weight, bool) or not isinstance(source_weight, (int, float)) \
-                or not 0.0 <= source_weight < float("inf"):
-            raise InputError(f"source_weight must be a number >= 0, got {source_weight!r}")
-        if not source and source_weight != 1.0:
-            raise InputError(f"source_weight={source_weight!r} needs source=True (it weights the added x_0)")
         self.source = source
         self.source_weight = float(source_weight)
         self.input_dropout = input_dropout
@@ -199,7 +195,7 @@ class WavyDIFFormer(nn.Module):
 
     @staticmethod
     def _check_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
-                    rates, dropout_at, force_scale, norm, step_impl) -> None:
+                    rates, dropout_at, force_scale, norm, step_impl, source, source_weight) -> None:
         for name, value in (
             ("in_channels", in_channels),
             ("hidden_channels", hidden_channels),
@@ -218,6 +214,11 @@ class WavyDIFFormer(nn.Module):
         for name, value in zip(("input_dropout", "dropout", "layer_dropout"), rates):
             if value is not None and not 0.0 <= value < 1.0:
                 raise InputError(f"{name} must lie in [0, 1), got {value!r}")
+        if isinstance(source_weight, bool) or not isinstance(source_weight, (int, float)) \
+                or not 0.0 <= source_weight < float("inf"):
+            raise InputError(f"source_weight must be a number >= 0, got {source_weight!r}")
+        if not source and source_weight != 1.0:
+            raise InputError(f"source_weight={source_weight!r} needs source=True (it weights the added x_0)")
 
     def reset_parameters(self) -> None:
         """Initialise every parameter (the one place that does)."""
@@ -290,7 +291,7 @@ class WavyDIFFormer(nn.Module):
             h = self.input_norm(h)
         h = F.dropout(F.relu(h), self.dropout, self.training)
         state = self.steppers[0].init(h)
-        x0 = (h if self.source_weight == 1.0 else self.source_weight * h) if self.source else None
+        x0 = self.source_weight * h if self.source else None  # 1.0 * h == h exactly
         hidden = [h]
         for i in range(self.num_layers):
             state = self._layer(i, state, adj, batch, x0)
