@@ -3,7 +3,7 @@ side with PyG's ``GCN`` in the same loop (issue 13: "defaults that serve a
 user who writes the usual PyG training loop").
 
 The loop is the one a PyG user writes first: Cora (Planetoid public split,
-``NormalizeFeatures``), ``RandomNodeLoader`` parts, Adam, cross-entropy on
+``NormalizeFeatures``; downloaded by PyG into ``--root`` when missing), ``RandomNodeLoader`` parts, Adam, cross-entropy on
 the training nodes of each part; after every epoch the whole graph is
 evaluated and the test accuracy at the best validation epoch is kept. Every
 model is built with its constructor's defaults apart from the sizes (and,
@@ -32,10 +32,11 @@ from wavygraph.nn import WavyDIFFormer
 
 
 def load_cora(root: str):
-    from torch_geometric.datasets import Planetoid
-    from torch_geometric.transforms import NormalizeFeatures
+    """Cora's public split with row-normalised features: wavygraph's loader (PyG's ``Planetoid`` with
+    ``NormalizeFeatures``, the same tensors), which downloads missing files and raises a one-line error."""
+    from wavygraph.data import load_dataset
 
-    return Planetoid(root, "Cora", transform=NormalizeFeatures())[0]
+    return load_dataset("cora", root, 0, True)[0]
 
 
 def train_once(make_model, data, seed: int, epochs: int, lr: float, num_parts: int) -> float:
@@ -89,13 +90,24 @@ def main(argv=None) -> None:
     torch.set_num_threads(a.threads)
     from torch_geometric.nn import GCN
 
-    data = load_cora(a.root)
+    from wavygraph.data.errors import WavygraphDataError
+
+    try:
+        data = load_cora(a.root)
+    except WavygraphDataError as exc:
+        p.error(str(exc))
     c_in, c_out = data.num_features, int(data.y.max()) + 1
     models = {"PyG GCN, 2 layers": lambda: GCN(c_in, a.hidden, num_layers=2, out_channels=c_out)}
     for L in a.num_layers:
         for k in a.residuals:
             models[f"WavyDIFFormer {k}, {L} layers"] = (
                 lambda L=L, k=k: WavyDIFFormer(c_in, a.hidden, c_out, num_layers=L, residual=k, **extra))
+    for L in a.num_layers:  # bad sizes, kinds or --set keys: one line, before any training
+        for k in a.residuals:
+            try:
+                WavyDIFFormer(c_in, a.hidden, c_out, num_layers=L, residual=k, **extra)
+            except (TypeError, ValueError) as exc:
+                p.error(f"WavyDIFFormer(num_layers={L}, residual={k!r}, {extra}): {exc}")
     print(f"Cora, RandomNodeLoader({a.num_parts} parts), Adam lr {a.lr}, {a.epochs} epochs, hidden {a.hidden}, "
           f"seeds {a.seeds}; test % at the best validation epoch" + (f"; WavyDIFFormer {extra}" if extra else ""),
           flush=True)
