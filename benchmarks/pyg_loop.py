@@ -3,8 +3,9 @@ side with PyG's ``GCN`` in the same loop (issue 13: "defaults that serve a
 user who writes the usual PyG training loop").
 
 The loop is the one a PyG user writes first: Cora (Planetoid public split,
-``NormalizeFeatures``; downloaded by PyG into ``--root`` when missing), ``RandomNodeLoader`` parts, Adam, cross-entropy on
-the training nodes of each part; after every epoch the whole graph is
+``NormalizeFeatures``; downloaded by PyG into ``--root`` when missing),
+``RandomNodeLoader`` parts, Adam, cross-entropy on the training nodes of
+each part; after every epoch the whole graph is
 evaluated and the test accuracy at the best validation epoch is kept. Every
 model is built with its constructor's defaults apart from the sizes (and,
 for WavyDIFFormer, ``num_layers`` and ``residual``):
@@ -100,14 +101,12 @@ def main(argv=None) -> None:
     models = {"PyG GCN, 2 layers": lambda: GCN(c_in, a.hidden, num_layers=2, out_channels=c_out)}
     for L in a.num_layers:
         for k in a.residuals:
-            models[f"WavyDIFFormer {k}, {L} layers"] = (
-                lambda L=L, k=k: WavyDIFFormer(c_in, a.hidden, c_out, num_layers=L, residual=k, **extra))
-    for L in a.num_layers:  # bad sizes, kinds or --set keys: one line, before any training
-        for k in a.residuals:
-            try:
-                WavyDIFFormer(c_in, a.hidden, c_out, num_layers=L, residual=k, **extra)
+            make = lambda L=L, k=k: WavyDIFFormer(c_in, a.hidden, c_out, num_layers=L, residual=k, **extra)  # noqa: E731
+            try:  # bad sizes, kinds or --set keys: one line, before any training
+                make()
             except (TypeError, ValueError) as exc:
                 p.error(f"WavyDIFFormer(num_layers={L}, residual={k!r}, {extra}): {exc}")
+            models[f"WavyDIFFormer {k}, {L} layers"] = make
     print(f"Cora, RandomNodeLoader({a.num_parts} parts), Adam lr {a.lr}, {a.epochs} epochs, hidden {a.hidden}, "
           f"seeds {a.seeds}; test % at the best validation epoch" + (f"; WavyDIFFormer {extra}" if extra else ""),
           flush=True)
