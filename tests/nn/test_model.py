@@ -96,6 +96,57 @@ def test_light_wave_model_is_the_paper(tmp_path):
     torch.testing.assert_close(out, model.output(h), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("source", [False, True])
+def test_light_wave_model_gradients_are_the_paper(monkeypatch, source):
+    """Gradients of the paper's Light Wave model (every parameter, the input and
+    each hidden state, two backward passes on one graph) equal those of the
+    literal loop in plain ops, float64. Without the source term the fused
+    function runs and parks each layer's X_prev gradient for the layer before
+    (counted: it must happen)."""
+    from wavygraph.nn import light_wave_fn
+
+    links = []
+    real_link = light_wave_fn.link
+    monkeypatch.setattr(light_wave_fn, "link", lambda x, v: links.append(real_link(x, v)) or links[-1])
+    torch.manual_seed(1)
+    tau, layers = 0.4, 5
+    model = WavyDIFFormer(5, 8, 3, num_layers=layers, residual="light_wave", tau=tau, source=source,
+                          source_weight=0.3 if source else 1.0).double()
+    _random_lams(model)
+    with torch.no_grad():
+        for norm in model.norms:
+            norm.weight.uniform_(0.5, 1.5)
+            norm.bias.normal_()
+    x = torch.randn(7, 5, dtype=torch.float64, requires_grad=True)
+    probe = torch.randn(7, 3, dtype=torch.float64)
+    params = [x, *model.parameters()]
+
+    out, hidden = model(x, GRAPH, return_hidden=True)
+    loss = (out * probe).sum() + sum((h ** 2).sum() * 0.01 * i for i, h in enumerate(hidden))
+    got = torch.autograd.grad(loss, params + hidden, retain_graph=True)
+    again = torch.autograd.grad(loss, params)
+    # the source term wraps the norm, so the plain ops run there (no link)
+    assert len(links) == (0 if source else layers - 1) and all(r is not None for r in links)
+
+    h = F.relu(model.input_norm(model.input(x)))
+    x0 = 0.3 * h if source else None
+    prev, ref_hidden = h, [h]
+    for i in range(layers):
+        f = model.convs[i](h, GRAPH) - h
+        lam = torch.sigmoid(model.steppers[i].theta)
+        s = h + tau * f + lam * (h - prev)
+        prev, h = h, _ln(s + x0 if source else s, model.norms[i])
+        ref_hidden.append(h)
+    ref = model.output(h)
+    ref_loss = (ref * probe).sum() + sum((r ** 2).sum() * 0.01 * i for i, r in enumerate(ref_hidden))
+    want = torch.autograd.grad(ref_loss, params + ref_hidden)
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-12)
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    for a, b in zip(again, want):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
 def test_mix_model_is_the_authors():
     """The authors' mix through the joint LayerNorm, layer by layer."""
     torch.manual_seed(0)

@@ -300,3 +300,79 @@ def test_light_wave_layer_norm_function_is_the_composition(monkeypatch, block):
     state = stepper.step_and_norm(stepper.init(x), f, norm)
     torch.testing.assert_close(state.x, literal(x, x, f, stepper.lam, norm.weight, norm.bias), rtol=1e-12, atol=1e-12)
     assert state.v is x
+
+
+@pytest.mark.parametrize("fused_norm", [True, False])
+@pytest.mark.parametrize("block", [8, 2**18])
+def test_light_wave_first_layer_takes_diffusion_path(monkeypatch, block, fused_norm):
+    """Where ``X_prev`` is ``x`` itself (layer 0, ``X^{-1} = X^0``) the autograd
+    functions compute ``x + tau F`` alone: outputs and gradients of ``x``, ``F``,
+    the norm and ``theta`` equal the literal formula with ``X_prev = x`` (float64);
+    ``theta`` gets an exact zero gradient (not ``None``: DDP sees it used), and
+    with a distinct ``X_prev`` the blocked forward equals the one-shot update bit for bit."""
+    from wavygraph.nn import JointLayerNorm, light_wave_fn
+
+    monkeypatch.setattr(light_wave_fn, "BLOCK", block)
+    g = torch.Generator().manual_seed(9)
+    x, f = (torch.randn(7, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(2))
+    stepper = make_stepper("light_wave", 4, tau=0.3, lam0=0.7).double()
+    norm = JointLayerNorm(4).double()
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5, generator=g)
+        norm.bias.normal_(generator=g)
+    if fused_norm:
+        out = stepper.step_and_norm(stepper.init(x), f, norm).x
+    else:
+        out = stepper(stepper.init(x), f).x
+    x2 = x.detach().clone().requires_grad_()
+    s = x + 0.3 * f + stepper.lam * (x - x2)  # X_prev = x as a separate leaf: the formula, written out
+    ref = torch.nn.functional.layer_norm(s, (4,), norm.weight, norm.bias, 1e-5) if fused_norm else s
+    torch.testing.assert_close(out, ref, rtol=0, atol=1e-14)
+    probe = torch.randn(7, 4, generator=g, dtype=torch.float64)
+    params = (x, f, stepper.theta) + ((norm.weight, norm.bias) if fused_norm else ())
+    got = torch.autograd.grad((out * probe).sum(), params)
+    want = list(torch.autograd.grad((ref * probe).sum(), params + (x2,)))
+    want[0] = want[0] + want.pop()  # x and X_prev are one tensor
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-13)
+    assert torch.equal(got[2], torch.zeros(4, dtype=torch.float64))
+    # a distinct X_prev: blocked forward == the plain update, exactly
+    v = torch.randn(7, 4, generator=g, dtype=torch.float64)
+    lam = stepper.lam.detach()
+    assert torch.equal(light_wave_fn._update_blocked(x.detach(), v, f.detach(), 0.3, lam),
+                       light_wave_fn.light_wave_update(x.detach(), v, f.detach(), 0.3, lam))
+
+
+def test_light_wave_parks_only_along_the_graph():
+    """The X_prev gradient is parked for the previous call only where that
+    call's node is an ancestor of this call's ``x``; an unrelated ``x`` (or a
+    freed graph) gets it returned as usual: gradients equal the formula."""
+    from wavygraph.nn import JointLayerNorm, light_wave_fn
+
+    g = torch.Generator().manual_seed(11)
+    a, b, c, f1, f2 = (torch.randn(6, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(5))
+    s1, s2 = make_stepper("light_wave", 4, tau=0.3).double(), make_stepper("light_wave", 4, tau=0.3, lam0=0.8).double()
+    n1, n2 = JointLayerNorm(4).double(), JointLayerNorm(4).double()
+
+    def ln(t, n):
+        return torch.nn.functional.layer_norm(t, (4,), n.weight, n.bias, n.eps)
+
+    for related in (True, False):
+        y = s1.step_and_norm(StepState(a, b), f1, n1).x  # registers a
+        x2 = y * 1.5 if related else c  # related: a's call is an ancestor of x2
+        assert (light_wave_fn.link(x2, a) is not None) == related
+        z = s2.step_and_norm(StepState(x2, a), f2, n2).x
+        loss = (z ** 2).sum() + (y * 0.3).sum()
+        ins = (a, b, c, f1, f2, s1.theta, s2.theta)
+        got = torch.autograd.grad(loss, ins, allow_unused=True)
+        y_ref = ln(a + 0.3 * f1 + s1.lam * (a - b), n1)
+        x2_ref = y_ref * 1.5 if related else c
+        z_ref = ln(x2_ref + 0.3 * f2 + s2.lam * (x2_ref - a), n2)
+        want = torch.autograd.grad((z_ref ** 2).sum() + (y_ref * 0.3).sum(), ins, allow_unused=True)
+        for u, w in zip(got, want):
+            if w is None:
+                assert u is None or torch.count_nonzero(u) == 0
+            else:
+                torch.testing.assert_close(u, w, rtol=1e-11, atol=1e-12)
+    del y
+    assert light_wave_fn.link(c * 2, a) is None  # a's node is gone with its graph

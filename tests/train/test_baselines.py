@@ -69,6 +69,14 @@ def test_gcn_on_the_loop_adjacency_matches_pyg_gcn_and_a_dense_reference():
     ref = a @ (torch.relu(a @ (x @ c1.lin.weight.T) + c1.bias) @ c2.lin.weight.T) + c2.bias
     torch.testing.assert_close(out, ref, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(model(x, ei), out)  # an edge_index works too
+    # gradients (the aggregation's backward uses a cached transpose; the graph is directed)
+    xg = x.clone().requires_grad_()
+    probe = torch.randn(n, 3, dtype=torch.float64)
+    ins = [xg, *model.net.parameters()]
+    got = torch.autograd.grad((model(xg, gcn_adjacency(ei, n, torch.float64)) * probe).sum(), ins)
+    want = torch.autograd.grad((plain(xg, ei) * probe).sum(), [xg, *plain.parameters()])
+    for a_, b_ in zip(got, want):
+        torch.testing.assert_close(a_, b_, rtol=1e-10, atol=1e-12)
 
 
 def test_gcnii_matches_the_gcnii_formula():

@@ -265,6 +265,12 @@ def _run(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx, start: flo
     return _finish(cfg, core, data, info, device, ctx, state, config, start)
 
 
+def _model_label(m: DictConfig) -> str:
+    """The residual kind of a wavy model, else the baseline's ``arch``."""
+    arch = m.get("arch", "wavy")
+    return m.residual if arch == "wavy" else arch
+
+
 def _train_epochs(cfg: DictConfig, model, core, optimizer, data: Data, info: DatasetInfo, device, ctx,
                   generator: torch.Generator, state: TrainState, checkpoint) -> None:
     """Epochs ``state.epoch + 1, ..., train.epochs`` (none when ``state``
@@ -273,7 +279,7 @@ def _train_epochs(cfg: DictConfig, model, core, optimizer, data: Data, info: Dat
     t = cfg.train
     eval_chunk = t.batch_size if t.eval_batch_size is None else t.eval_batch_size
     full_input = _graph_input(data, device) if not t.batch_size else None
-    bar = tqdm(range(state.epoch + 1, t.epochs + 1), desc=f"{info.name} {cfg.model.residual} L{cfg.model.num_layers}",
+    bar = tqdm(range(state.epoch + 1, t.epochs + 1), desc=f"{info.name} {_model_label(cfg.model)} L{cfg.model.num_layers}",
                disable=not t.progress or not ctx.is_main or state.stopped, file=sys.stderr, dynamic_ncols=True,
                initial=state.epoch, total=t.epochs)
     for epoch in ([] if state.stopped else bar):
