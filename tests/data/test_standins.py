@@ -85,3 +85,30 @@ def test_proteins_standin_config_trains_and_reports_rocauc(tmp_path):
     metrics = json.loads(next(out.rglob("metrics.json")).read_text())
     assert metrics["metric"] == "rocauc"
     assert 0.0 <= metrics["test"] <= 1.0 or 0.0 <= metrics.get("best", {}).get("test", 0.5) <= 1.0
+
+
+@pytest.mark.parametrize("name, layers, base", [("arxiv", 7, "arxiv_standin"), ("proteins", 5, "proteins_standin")])
+def test_paper_row_sweeps_on_the_standins(name, layers, base):
+    """The sweeps of the paper's rows on the stand-ins: diffusion and the paper's
+    Light Wave, 5 seeds, the paper's depth among 2..32, every cell the stand-in
+    config with only depth, kind, seed and the diagnostics changed."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from wavygraph.config import load_config
+    from wavygraph.sweep.spec import expand, load_sweep
+
+    repo = Path(__file__).resolve().parents[2] / "configs"
+    cells = expand(load_sweep(str(repo / "sweeps" / f"{name}_standin_paper.yaml")))
+    assert len(cells) == 5 * 2 * 5
+    assert {c.params["model.residual"] for c in cells} == {"diffusion", "light_wave"}
+    depths = {c.params["model.num_layers"] for c in cells}
+    assert layers in depths and min(depths) == 2 and max(depths) == 32
+    assert {c.params["train.seed"] for c in cells} == set(range(5))
+    plain = OmegaConf.to_container(load_config(str(repo / f"{base}.yaml")))
+    for cell in cells[:3]:
+        tree = cell.config
+        for section in ("data", "model"):
+            diff = {k for k in set(tree[section]) | set(plain[section]) if tree[section].get(k) != plain[section].get(k)}
+            assert diff <= {"num_layers", "residual"}, (section, diff)
