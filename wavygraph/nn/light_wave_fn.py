@@ -13,8 +13,6 @@ functions compute diffusion's ``x + tau F`` and its gradients alone
 (``lam``'s gradient is then exactly zero, as the formula's)."""
 from __future__ import annotations
 
-import weakref
-
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -45,82 +43,18 @@ def _update_blocked(x: Tensor, v: Tensor, force: Tensor, tau: float, lam: Tensor
     return s
 
 
-class Receiver:
-    """Where the next layer parks its ``X_prev`` gradient for this layer.
-
-    Layer ``l``'s ``X_prev`` is layer ``l - 1``'s input ``x``, and layer
-    ``l``'s backward always runs before layer ``l - 1``'s (its ``x`` depends
-    on layer ``l - 1``'s output). So instead of returning the gradient of
-    ``X_prev``, ``-lam_l g_l``, which autograd would add into that input's
-    gradient in one more full pass, layer ``l`` parks ``(g_l, lam_l)`` here,
-    and layer ``l - 1``'s backward adds ``-lam_l g_l`` block by block while it
-    forms the gradient of its own ``x``. :func:`link` decides, at forward
-    time, whether that ordering is guaranteed; where it is not, the gradient
-    is returned as usual."""
-
-    __slots__ = ("parked", "node", "__weakref__")
-
-    def __init__(self):
-        self.parked: list[tuple[Tensor, Tensor]] = []
-        self.node = None  # weak reference to the owning function's autograd node
-
-    def take(self) -> list[tuple[Tensor, Tensor]]:
-        parked, self.parked = self.parked, []
-        return parked
-
-
-#: autograd nodes searched from a layer's ``x`` for the previous layer's node
-SEARCH = 256
-_ATTR = "_wavygraph_light_wave_receiver"
-
-
-def link(x: Tensor, v: Tensor) -> Receiver | None:
-    """The :class:`Receiver` of the function whose input ``x`` was ``v``,
-    if that function's node is an ancestor of ``x`` in the live graph
-    (searched over at most :data:`SEARCH` nodes), else :obj:`None`."""
-    receiver = getattr(v, _ATTR, None)
-    node = None if receiver is None or receiver.node is None else receiver.node()
-    if node is None or x.grad_fn is None or not torch.is_grad_enabled():
-        return None
-    seen, todo = set(), [x.grad_fn]
-    while todo and len(seen) < SEARCH:
-        fn = todo.pop()
-        if fn is node:
-            return receiver
-        if id(fn) in seen:
-            continue
-        seen.add(id(fn))
-        todo.extend(nxt for nxt, _ in fn.next_functions if nxt is not None)
-    return None
-
-
-def register(x: Tensor, out: Tensor, receiver: Receiver) -> None:
-    """Make ``receiver`` (the function's that returned ``out`` from input
-    ``x``) findable by :func:`link` from ``x``."""
-    if out.grad_fn is not None and x.requires_grad:
-        receiver.node = weakref.ref(out.grad_fn)
-        setattr(x, _ATTR, receiver)
-
-
-def _split_gradient(g: Tensor, x: Tensor, v: Tensor, lam: Tensor, tau: float, need,
-                    parked=(), keep_g: bool = False) -> tuple:
+def _split_gradient(g: Tensor, x: Tensor, v: Tensor, lam: Tensor, tau: float, need) -> tuple:
     """Gradients of ``(x, v, F, lam)`` from the gradient ``g`` of
-    ``x + tau F + lam (x - v)``, block by block; the gradient of ``x``,
-    ``g (1 + lam)`` plus ``-lam_k g_k`` of every parked ``(g_k, lam_k)``, is
-    written into ``g`` itself, or into a new buffer with ``keep_g``. ``v is x``:
-    diffusion's gradients (``g`` for ``x``, none for ``v``, zero for ``lam``)."""
+    ``x + tau F + lam (x - v)``, block by block; ``g`` itself becomes the
+    gradient of ``x``, ``g (1 + lam)``. ``v is x``: diffusion's gradients
+    (``g`` for ``x``, none for ``v``, zero for ``lam``)."""
     if v is x:
         gf = torch.mul(g, tau) if need[2] else None
-        gx = g.clone() if keep_g and (need[0] or parked) else g
-        for gk, lamk in parked:
-            gx.addcmul_(gk, -lamk)
-        return (gx if need[0] else None), None, gf, (torch.zeros_like(lam) if need[3] else None)
+        return (g if need[0] else None), None, gf, (torch.zeros_like(lam) if need[3] else None)
     gv = torch.empty_like(g) if need[1] else None
     gf = torch.empty_like(g) if need[2] else None
-    gx = torch.empty_like(g) if keep_g and need[0] else g
     glam = torch.zeros_like(lam) if need[3] else None
     one_plus, minus = 1.0 + lam, -lam
-    parked = [(gk, -lamk) for gk, lamk in parked]
     rows = max(1, BLOCK // max(1, g.shape[-1]))
     for start in range(0, g.shape[0], rows):
         block = slice(start, start + rows)
@@ -131,11 +65,8 @@ def _split_gradient(g: Tensor, x: Tensor, v: Tensor, lam: Tensor, tau: float, ne
             torch.mul(gb, tau, out=gf[block])
         if gv is not None:
             torch.mul(gb, minus, out=gv[block])
-        if need[0]:
-            out = torch.mul(gb, one_plus, out=gx[block])
-            for gk, mk in parked:
-                out.addcmul_(gk[block], mk)
-    return (gx if need[0] else None), gv, gf, glam
+        gb.mul_(one_plus)
+    return (g if need[0] else None), gv, gf, glam
 
 
 class LightWaveStep(torch.autograd.Function):
@@ -158,18 +89,13 @@ class LightWaveStep(torch.autograd.Function):
 
 class LightWaveLayerNorm(torch.autograd.Function):
     """``LN(x + tau F + lam (x - v))`` in one function: the LayerNorm's
-    gradient buffer is reused for the gradient of ``x``. ``receiver``: this
-    call's :class:`Receiver` (the next layer may park its ``X_prev`` gradient
-    there); ``link``: the previous layer's, given by :func:`link`, where this
-    call parks the gradient of ``v`` instead of returning it."""
+    gradient buffer is reused for the gradient of ``x``."""
 
     @staticmethod
-    def forward(ctx, x, v, force, lam, weight, bias, tau: float, eps: float,
-                receiver: Receiver | None = None, link: Receiver | None = None):
+    def forward(ctx, x, v, force, lam, weight, bias, tau: float, eps: float):
         s = _update_blocked(x, v, force, tau, lam)
         out, mean, rstd = torch.native_layer_norm(s, (s.shape[-1],), weight, bias, eps)
         ctx.tau, ctx.first = tau, v is x
-        ctx.receiver, ctx.link = receiver, (None if v is x else link)
         ctx.save_for_backward(s, x, v, lam, mean, rstd, weight, bias)
         return out
 
@@ -179,16 +105,8 @@ class LightWaveLayerNorm(torch.autograd.Function):
         s, x, v, lam, mean, rstd, weight, bias = ctx.saved_tensors
         if ctx.first:  # saved tensors come back as new objects: restore the identity
             v = x
-        need = list(ctx.needs_input_grad)
+        need = ctx.needs_input_grad
         gs, gw, gb = torch.ops.aten.native_layer_norm_backward(
             g, s, (s.shape[-1],), mean, rstd, weight, bias, [True, need[4], need[5]]
         )
-        parked = ctx.receiver.take() if ctx.receiver is not None else []
-        park = ctx.link is not None and need[1]
-        if park:
-            need[1] = False
-        grads = _split_gradient(gs, x, v, lam, ctx.tau, need, parked, keep_g=park)
-        if park:  # gs itself: the previous layer reads it in place of our v-gradient
-            ctx.link.parked.append((gs, lam))
-        grads = (*grads, gw, gb, None, None, None, None)
-        return grads[:len(ctx.needs_input_grad)]
+        return (*_split_gradient(gs, x, v, lam, ctx.tau, need), gw, gb, None, None)

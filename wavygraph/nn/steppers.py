@@ -38,7 +38,6 @@ from torch.autograd.function import once_differentiable
 
 from . import fused
 from .joint import JointLayerNorm, needs_plain_ops
-from . import light_wave_fn
 from .light_wave_fn import LightWaveLayerNorm, LightWaveStep, light_wave_update
 
 
@@ -285,11 +284,7 @@ class LightWaveStepper(LearnableLamStepper):
                 or needs_plain_ops(x, v, force, norm.weight)):
             return super().step_and_norm(state, force, norm, impl)
         lam = self.lam_or_none(force.dtype)
-        receiver = light_wave_fn.Receiver()
-        out = LightWaveLayerNorm.apply(x, v, force, lam, norm.weight, norm.bias, self.tau, norm.eps,
-                                       receiver, None if v is x else light_wave_fn.link(x, v))
-        light_wave_fn.register(x, out, receiver)
-        return StepState(out, x)
+        return StepState(LightWaveLayerNorm.apply(x, v, force, lam, norm.weight, norm.bias, self.tau, norm.eps), x)
 
 
 #: The registry of residual kinds, name -> class, in registration order.
