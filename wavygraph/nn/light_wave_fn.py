@@ -22,6 +22,12 @@ from torch.autograd.function import once_differentiable
 BLOCK = 2**18
 
 
+def _row_blocks(t: Tensor):
+    """Slices of ``t``'s rows, :data:`BLOCK` elements (at least one row) each."""
+    rows = max(1, BLOCK // max(1, t.shape[-1]))
+    return (slice(start, start + rows) for start in range(0, t.shape[0], rows))
+
+
 def light_wave_update(x: Tensor, v: Tensor, force: Tensor, tau: float, lam: Tensor) -> Tensor:
     """``x + tau F + lam (x - v)``: ``lerp`` towards ``v`` by ``-lam``, then the force."""
     return torch.lerp(x, v, -lam).add_(force, alpha=tau)
@@ -36,9 +42,7 @@ def _update_blocked(x: Tensor, v: Tensor, force: Tensor, tau: float, lam: Tensor
     if x.dim() != 2 or v.shape != x.shape or force.shape != x.shape:
         return light_wave_update(x, v, force, tau, lam)
     s, minus = torch.empty_like(x), -lam
-    rows = max(1, BLOCK // max(1, s.shape[-1]))
-    for start in range(0, s.shape[0], rows):
-        block = slice(start, start + rows)
+    for block in _row_blocks(s):
         torch.lerp(x[block], v[block], minus, out=s[block]).add_(force[block], alpha=tau)
     return s
 
@@ -55,9 +59,7 @@ def _split_gradient(g: Tensor, x: Tensor, v: Tensor, lam: Tensor, tau: float, ne
     gf = torch.empty_like(g) if need[2] else None
     glam = torch.zeros_like(lam) if need[3] else None
     one_plus, minus = 1.0 + lam, -lam
-    rows = max(1, BLOCK // max(1, g.shape[-1]))
-    for start in range(0, g.shape[0], rows):
-        block = slice(start, start + rows)
+    for block in _row_blocks(g):
         gb = g[block]
         if glam is not None:
             glam += torch.sub(x[block], v[block]).mul_(gb).sum(0)
