@@ -17,22 +17,37 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def time_alternating(fns: dict, reps: int, device: str, warmup: int = 1) -> dict:
-    """Median seconds per call of every function, the functions called in turn
-    (a, b, c, a, b, c, ...) so that load from other jobs hits all alike."""
+def time_reps(fns: dict, reps: int, device: str, warmup: int = 1) -> dict:
+    """Seconds of every call of every function, one list per function: the
+    functions called in turn, the order reversed every repetition
+    (a b c, c b a, a b c, ...) so that load from other jobs, and drift such as
+    a warming cache, hit all alike."""
     for _ in range(warmup):
         for fn in fns.values():
             fn()
             sync(device)
     times = {name: [] for name in fns}
-    for _ in range(reps):
-        for name, fn in fns.items():
+    order = list(fns)
+    for rep in range(reps):
+        for name in order if rep % 2 == 0 else order[::-1]:
             sync(device)
             t0 = time.perf_counter()
-            fn()
+            fns[name]()
             sync(device)
             times[name].append(time.perf_counter() - t0)
-    return {name: statistics.median(ts) for name, ts in times.items()}
+    return times
+
+
+def time_alternating(fns: dict, reps: int, device: str, warmup: int = 1) -> dict:
+    """Median seconds per call of every function (:func:`time_reps`)."""
+    return {name: statistics.median(ts) for name, ts in time_reps(fns, reps, device, warmup).items()}
+
+
+def paired_ratios(times: dict, base: str) -> dict:
+    """Per function, the median over repetitions of its time divided by
+    ``base``'s time in the same repetition (the two calls ran next to each
+    other): steadier than the ratio of two medians when the load drifts."""
+    return {name: statistics.median(t / b for t, b in zip(ts, times[base])) for name, ts in times.items()}
 
 
 def current_rss() -> int:
