@@ -13,6 +13,6 @@ $PY -c "import torch, torch_geometric; print('torch', torch.__version__, 'pyg', 
 timeout 120 $PY -m benchmarks.bench_attention --device cuda --sizes 10000 50000 169343 500000 1000000 \
     --channels 64 128 --heads 1 4 --reps 10 2>&1 | tee "$OUT/attention.txt"
 timeout 40 $PY -m benchmarks.bench_batched --device cuda --reps 10 2>&1 | tee "$OUT/batched.txt"
-timeout 150 $PY -m benchmarks.bench_epoch --device cuda --step-impl eager compile --reps 10 2>&1 | tee "$OUT/epoch.txt"
+timeout 150 $PY -m benchmarks.bench_epoch --device cuda --hidden 64 --step-impl eager compile --reps 10 2>&1 | tee "$OUT/epoch.txt"
 timeout 150 $PY -m pytest -q --tb=short -p no:cacheprovider -o log_level=WARNING tests/test_cuda.py > "$OUT/tests.txt" 2>&1
 grep -E "passed|failed|Error|assert" "$OUT/tests.txt" | tail -20
