@@ -43,11 +43,16 @@ def time_alternating(fns: dict, reps: int, device: str, warmup: int = 1) -> dict
     return {name: statistics.median(ts) for name, ts in time_reps(fns, reps, device, warmup).items()}
 
 
+def rep_ratios(times: dict, name: str, base: str) -> list:
+    """``name``'s time divided by ``base``'s in each repetition, sorted."""
+    return sorted(t / b for t, b in zip(times[name], times[base]))
+
+
 def paired_ratios(times: dict, base: str) -> dict:
-    """Per function, the median over repetitions of its time divided by
-    ``base``'s time in the same repetition (the two calls ran next to each
-    other): steadier than the ratio of two medians when the load drifts."""
-    return {name: statistics.median(t / b for t, b in zip(ts, times[base])) for name, ts in times.items()}
+    """Per function, the median of :func:`rep_ratios` (the two calls of a
+    repetition ran next to each other): steadier than the ratio of two
+    medians when the load drifts."""
+    return {name: statistics.median(rep_ratios(times, name, base)) for name in times}
 
 
 def current_rss() -> int:

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from wavygraph.nn.fused import STEP_IMPLS
 from wavygraph.nn.steppers import STEPPERS
 
-from benchmarks._common import fmt_mb, in_subprocess, machine_line, paired_ratios, time_reps, warm_peak
+from benchmarks._common import fmt_mb, in_subprocess, machine_line, paired_ratios, rep_ratios, time_reps, warm_peak
 
 
 
@@ -158,7 +158,7 @@ def main() -> None:
             bases.append("diffusion/eager")
         for b in bases:
             if label != b and b in times:
-                per_rep = sorted(t / u for t, u in zip(reps[label], reps[b]))
+                per_rep = rep_ratios(reps, label, b)
                 print(f"# {label} overhead vs {b}: {100 * (statistics.median(per_rep) - 1):+.1f}% time "
                       f"(median of {len(per_rep)} paired ratios; range {100 * (per_rep[0] - 1):+.1f}% "
                       f"to {100 * (per_rep[-1] - 1):+.1f}%)")
