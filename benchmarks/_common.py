@@ -38,9 +38,14 @@ def time_reps(fns: dict, reps: int, device: str, warmup: int = 1) -> dict:
     return times
 
 
+def medians(times: dict) -> dict:
+    """The median of each function's list of times (from :func:`time_reps`)."""
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def time_alternating(fns: dict, reps: int, device: str, warmup: int = 1) -> dict:
     """Median seconds per call of every function (:func:`time_reps`)."""
-    return {name: statistics.median(ts) for name, ts in time_reps(fns, reps, device, warmup).items()}
+    return medians(time_reps(fns, reps, device, warmup))
 
 
 def rep_ratios(times: dict, name: str, base: str) -> list:

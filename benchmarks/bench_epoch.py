@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from wavygraph.nn.fused import STEP_IMPLS
 from wavygraph.nn.steppers import STEPPERS
 
-from benchmarks._common import fmt_mb, in_subprocess, machine_line, paired_ratios, rep_ratios, time_reps, warm_peak
+from benchmarks._common import (fmt_mb, in_subprocess, machine_line, medians, paired_ratios, rep_ratios, time_reps,
+                               warm_peak)
 
 
 
@@ -130,7 +131,7 @@ def main() -> None:
     fns = {label: build(model, data, args, step) for label, model, step in runs}
     reps = time_reps(fns, args.reps, args.device)
     del fns
-    times = {label: statistics.median(ts) for label, ts in reps.items()}
+    times = medians(reps)
     mem = {}
     if not args.no_memory:
         for i, model, step in runs:
