@@ -76,15 +76,17 @@ def test_proteins_scored_by_ogb_evaluator_as_mean_task_rocauc():
     assert info.score(data.y, scores) == pytest.approx(plain, abs=1e-9)
 
 
-def test_proteins_standin_config_trains_and_reports_rocauc(tmp_path):
+def test_proteins_standin_config_trains_and_reports_rocauc(tmp_path, capsys):
     out = tmp_path / "run"
     rc = main(["train", "configs/proteins_standin.yaml", "data.csbm.num_nodes=300", "data.csbm.avg_degree=20",
                "model.num_layers=2", "model.hidden_channels=8", "train.epochs=2", "train.batch_size=100",
                "train.eval_batch_size=100", "train.eval_every=1", "train.progress=false", f"out_dir={out}"])
     assert rc == 0
     metrics = json.loads(next(out.rglob("metrics.json")).read_text())
-    assert metrics["metric"] == "rocauc"
-    assert 0.0 <= metrics["test"] <= 1.0 or 0.0 <= metrics.get("best", {}).get("test", 0.5) <= 1.0
+    assert (metrics["metric"], metrics["num_tasks"], metrics["evaluator"]) == ("rocauc", 112, "ogbn-proteins")
+    assert 0.0 <= metrics["test"] <= 1.0 and 0.0 <= metrics["best_val"] <= 1.0
+    printed = json.loads(capsys.readouterr().out.splitlines()[-2])  # the summary line before "wrote ..."
+    assert (printed["metric"], printed["num_tasks"], printed["evaluator"]) == ("rocauc", 112, "ogbn-proteins")
 
 
 @pytest.mark.parametrize("name, layers, base", [("arxiv", 7, "arxiv_standin"), ("proteins", 5, "proteins_standin")])

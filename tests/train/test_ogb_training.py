@@ -60,6 +60,7 @@ def test_train_scores_match_ogb_evaluator(ogb_root, tmp_path, name, batch_size, 
     )
     metrics = run(cfg)
     assert metrics["metric"] == ("rocauc" if name == "ogbn-proteins" else "acc")
+    assert (metrics["num_tasks"], metrics["evaluator"]) == (112 if name == "ogbn-proteins" else 1, name)
     assert 1 <= metrics["best_epoch"] <= 4 and metrics["epochs"] == 4
 
     # independent recomputation: OGB's loader output, the checkpoint, OGB's Evaluator

@@ -340,6 +340,8 @@ def _finish(cfg: DictConfig, core, data: Data, info: DatasetInfo, device, ctx, s
     metrics = {
         "dataset": info.name,
         "metric": info.metric,
+        "num_tasks": info.num_outputs if info.task == "multilabel" else 1,  # OGB's count: proteins 112, arxiv 1
+        "evaluator": info.ogb_name,  # the OGB Evaluator that scored the run, or None
         "best_val": best["val"],
         "test": best["test"],
         "train": best["train"],
