@@ -115,3 +115,23 @@ def test_variants_and_best_worst(tmp_path):
     assert paths["diagnostics_best_worst"].read_bytes()[:4] == b"\x89PNG"
     with pytest.raises(report.ReportError, match="no scored cells at depth 8"):
         report.best_and_worst(df, 8)
+
+
+def test_grid_over_arch_gives_one_table_with_a_column_per_arch(tmp_path):
+    """A baselines sweep (grid over model.arch, residual fixed) reads as one
+    table whose columns are the archs, not one table per arch with empty cells."""
+    root = tmp_path / "sweep"
+    scores = {"mlp": [0.36, 0.38], "gcn": [0.65, 0.63]}
+    for arch, values in scores.items():
+        for seed, score in enumerate(values):
+            h = f"{arch}{seed}".ljust(16, "0")
+            cfg = {"data": {"name": "csbm"}, "model": {"num_layers": 3, "residual": "diffusion", "arch": arch},
+                   "train": {"seed": seed}}
+            rec = {"hash": h, "params": {"model.arch": arch, "model.residual": "diffusion", "train.seed": seed},
+                   "config": cfg, "metrics": {"metric": "acc", "test": score, "best_val": score}}
+            (root / "cells" / h).mkdir(parents=True)
+            (root / "cells" / h / "cell.json").write_text(json.dumps(rec))
+    text = report.summary_table(report.load_results(root))
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert lines == ["| layers | gcn | mlp |", "| 3 | **64.00 ± 1.41** (2) | 37.00 ± 1.41 (2) |"]
+    assert "model.arch=" not in text

@@ -113,9 +113,10 @@ def load_results(out_dir: str | os.PathLike, records: Sequence[dict] | None = No
 
 def other_keys(df: pd.DataFrame) -> list[str]:
     """Grid keys besides depth, residual kind and seed: each combination of
-    their values gets its own table and plot line set."""
+    their values gets its own table and plot line set. ``model.arch`` is not
+    one: a baseline's arch already names its column in place of the kind."""
     skip = {"hash", "depth", "residual", "seed", "dataset", "metric", *SCORE_COLUMNS,
-            "model.num_layers", "model.residual", "train.seed"}
+            "model.num_layers", "model.residual", "model.arch", "train.seed"}
     return [c for c in df.columns if c not in skip and not c.endswith("_last")]
 
 
