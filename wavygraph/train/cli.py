@@ -33,8 +33,9 @@ def main(args: argparse.Namespace) -> int:
     metrics = run(cfg)
     if not metrics:  # a distributed rank other than 0: rank 0 reports
         return 0
-    summary = {k: metrics[k] for k in ("metric", "num_tasks", "evaluator", "best_val", "test", "best_epoch", "epochs", "seconds",
-                                       "seconds_per_epoch", "peak_memory_mb", "num_params")}
+    keys = ("metric", "num_tasks", "evaluator", "best_val", "test", "best_epoch", "epochs", "seconds",
+            "seconds_per_epoch", "peak_memory_mb", "num_params")
+    summary = {k: metrics[k] for k in keys}
     try:
         print(json.dumps(summary))
         print(f"wrote {cfg.out_dir}/config.yaml, model.pt, metrics.json", flush=True)
