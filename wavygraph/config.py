@@ -26,6 +26,7 @@ from omegaconf.errors import OmegaConfBaseException
 from wavygraph.nn.functional import KERNELS, QK_NORMS
 from wavygraph.nn.joint import ACTIVATIONS
 from wavygraph.data.csbm import CSBM_PRESETS
+from wavygraph.data.splits import SPLIT_MODES
 from wavygraph.nn.fused import STEP_IMPLS
 from wavygraph.nn.model import DROPOUT_AT, FORCE_SCALES, NORMS, WavyDIFFormer
 from wavygraph.nn.steppers import STEPPERS, make_stepper
@@ -64,6 +65,12 @@ class DataConfig:
     name: str = "cora"
     root: str = "data"
     split: int = 0  # which of a data set's splits (Actor: 0..9); random splits: their seed
+    # "given": the data set's own split(s); "per_class": a random split drawn from the seed data.split,
+    # per_class labelled nodes of each class + num_val + num_test (DIFFormer's protocol, wavygraph.data.splits)
+    split_mode: str = "given"
+    per_class: int = 20
+    num_val: int = 500
+    num_test: int = 1000
     normalize_features: bool = False  # row-normalise x (sum 1), PyG's NormalizeFeatures
     download: bool = True  # fetch missing OGB / PyG files with their own loaders (false: offline only)
     csbm: CSBMConfig = field(default_factory=CSBMConfig)
@@ -263,6 +270,10 @@ def _check(cfg: DictConfig) -> None:
     positive("train.patience", t.patience)
     positive("train.num_threads", t.num_threads)
     positive("data.split", d.split, allow_zero=True)
+    choice("data.split_mode", d.split_mode, SPLIT_MODES)
+    positive("data.per_class", d.per_class)
+    positive("data.num_val", d.num_val, allow_zero=True)
+    positive("data.num_test", d.num_test, allow_zero=True)
     positive("train.checkpoint_every", t.checkpoint_every, allow_zero=True)
     choice("train.dist_backend", t.dist_backend, DIST_BACKENDS)
     if t.resume and not t.checkpoint_every:

@@ -13,6 +13,7 @@ from .errors import UnknownDatasetError, WavygraphDataError
 from .info import DatasetInfo
 from .ogbn import load_ogbn
 from .pyg import PYG_SOURCES, load_pyg
+from .splits import SPLIT_MODES, per_class_split
 from .validate import check_data
 
 
@@ -57,7 +58,8 @@ def normalize_features(x: torch.Tensor) -> torch.Tensor:
 
 
 def load_dataset(
-    name: str, root: str = "data", split: int = 0, normalize: bool = False, download: bool = True, **options
+    name: str, root: str = "data", split: int = 0, normalize: bool = False, download: bool = True,
+    split_mode: str = "given", per_class: int = 20, num_val: int = 500, num_test: int = 1000, **options
 ) -> tuple[Data, DatasetInfo]:
     """Load the data set ``name`` from ``root``.
 
@@ -73,18 +75,28 @@ def load_dataset(
     :class:`UnknownDatasetError` for a name not in :data:`DATASETS` and
     :class:`DatasetNotFoundError` when the files are not under ``root`` and
     cannot be (or may not be) downloaded.
+
+    ``split_mode="per_class"`` replaces the data set's split by a random one
+    drawn from the seed ``split``: ``per_class`` training nodes of every
+    class, ``num_val`` validation and ``num_test`` test nodes
+    (:func:`~wavygraph.data.splits.per_class_split`, DIFFormer's protocol).
     """
     key = ALIASES.get(name.lower(), name.lower())
     if key not in DATASETS:
         raise UnknownDatasetError(f"unknown data set {name!r}; choose one of {', '.join(DATASETS)}")
     if not isinstance(split, int) or isinstance(split, bool) or split < 0:
         raise WavygraphDataError(f"split must be a non-negative integer, got {split!r}")
+    if split_mode not in SPLIT_MODES:
+        raise WavygraphDataError(f"unknown split_mode {split_mode!r}; choose one of {', '.join(SPLIT_MODES)}")
     spec = DATASETS[key]
     if options and spec.source != "synthetic":
         raise WavygraphDataError(f"{key} takes no options, got {', '.join(options)}")
     if spec.source != "synthetic":
         options = {"download": bool(download)}
-    data, info = spec.loader(root=root, split=split, **options)
+    drawn = split_mode == "per_class"
+    data, info = spec.loader(root=root, split=0 if drawn else split, **options)
+    if drawn:
+        data.train_mask, data.val_mask, data.test_mask = per_class_split(data.y, split, per_class, num_val, num_test)
     check_data(data, info)
     if normalize:
         data.x = normalize_features(data.x)

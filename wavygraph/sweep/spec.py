@@ -33,6 +33,7 @@ UNHASHED_AT = {
     "model.gcnii_conv_weight_decay": 0.01, "model.sgformer_trans_layers": 1, "model.sgformer_trans_dropout": 0.2,
     "model.sgformer_graph_weight": 0.8, "model.sgformer_trans_weight_decay": 0.001,
     "model.input_dropout": 0.0, "model.source_weight": 1.0,
+    "data.split_mode": "given", "data.per_class": 20, "data.num_val": 500, "data.num_test": 1000,
 }
 
 

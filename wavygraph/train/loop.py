@@ -219,8 +219,10 @@ def run(cfg: DictConfig) -> dict:
         torch.set_num_threads(t.num_threads)
     seed_everything(t.seed)
     options = dict(OmegaConf.to_container(cfg.data.csbm)) if cfg.data.name.lower() == "csbm" else {}
-    data, info = load_dataset(cfg.data.name, cfg.data.root, cfg.data.split, cfg.data.normalize_features,
-                              download=cfg.data.download, **options)
+    d = cfg.data
+    data, info = load_dataset(d.name, d.root, d.split, d.normalize_features, download=d.download,
+                              split_mode=d.split_mode, per_class=d.per_class, num_val=d.num_val,
+                              num_test=d.num_test, **options)
     ctx, device = dist_utils.setup(t, device)
     try:
         return _run(cfg, data, info, device, ctx, start)
