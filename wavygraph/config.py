@@ -26,6 +26,9 @@ from omegaconf.errors import OmegaConfBaseException
 from wavygraph.nn.functional import KERNELS, QK_NORMS
 from wavygraph.nn.joint import ACTIVATIONS
 from wavygraph.data.csbm import CSBM_PRESETS
+from wavygraph.data.errors import WavygraphDataError
+from wavygraph.data.files import ARRAY_FORMATS, check_file
+from wavygraph.data.stratified import check_fractions
 from wavygraph.data.splits import SPLIT_MODES
 from wavygraph.nn.fused import STEP_IMPLS
 from wavygraph.nn.model import DROPOUT_AT, FORCE_SCALES, NORMS, WavyDIFFormer
@@ -73,6 +76,13 @@ class DataConfig:
     num_test: int = 1000
     normalize_features: bool = False  # row-normalise x (sum 1), PyG's NormalizeFeatures
     download: bool = True  # fetch missing OGB / PyG files with their own loaders (false: offline only)
+    # data.name=file: a graph file of your own (docs/own_graphs.md, wavygraph.data.files); paths relative to
+    # the working directory. features / labels: .npy, .csv or .pt files, one row per node in the node order
+    path: Optional[str] = None  # .pt (a PyG Data), .graphml, .gml, .edgelist / .edges / .txt
+    features: Optional[str] = None  # replaces the graph's x
+    labels: Optional[str] = None  # replaces the graph's y
+    train_fraction: float = 0.6  # a graph without masks: stratified split drawn from the seed data.split,
+    val_fraction: float = 0.2  # these shares for training and validation, the rest for testing
     csbm: CSBMConfig = field(default_factory=CSBMConfig)
 
 
@@ -271,6 +281,7 @@ def _check(cfg: DictConfig) -> None:
     positive("train.num_threads", t.num_threads)
     positive("data.split", d.split, allow_zero=True)
     choice("data.split_mode", d.split_mode, SPLIT_MODES)
+    _check_file_keys(d)
     positive("data.per_class", d.per_class)
     positive("data.num_val", d.num_val, allow_zero=True)
     positive("data.num_test", d.num_test, allow_zero=True)
@@ -284,6 +295,27 @@ def _check(cfg: DictConfig) -> None:
         raise ConfigError("data.name must not be empty")
     if not str(cfg.out_dir):
         raise ConfigError("out_dir must not be empty")
+
+
+_FILE_KEYS = ("path", "features", "labels")
+
+
+def _check_file_keys(d: DictConfig) -> None:
+    """``data.name=file`` needs an existing ``data.path`` of a known format;
+    the file keys apply to it only; the split's shares must leave test nodes."""
+    try:
+        check_fractions(d.train_fraction, d.val_fraction)
+        if d.name.lower() != "file":
+            given = [k for k in _FILE_KEYS if d[k] is not None]
+            if given:
+                raise ConfigError(f"data.{given[0]}={d[given[0]]!r} applies only to data.name=file; remove it")
+            return
+        check_file(d.path)
+        for key in ("features", "labels"):
+            if d[key] is not None:
+                check_file(d[key], f"data.{key}", ARRAY_FORMATS)
+    except WavygraphDataError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def import_modules(names: Sequence[str]) -> None:

@@ -18,7 +18,10 @@ Registered (:data:`DATASETS`): ``ogbn-arxiv``, ``ogbn-proteins``,
 ``cornell``, ``texas``, ``wisconsin``, ``chameleon``, ``squirrel``,
 ``roman-empire``, ``amazon-ratings``, ``minesweeper``, ``tolokers``,
 ``questions``, ``amazon-computers``, ``amazon-photo``, ``coauthor-cs``,
-``coauthor-physics``, ``wikics``; and the synthetic ``csbm``.
+``coauthor-physics``, ``wikics``; the synthetic ``csbm``; and ``file``, a
+graph of your own (``.pt``, GraphML, GML or an edge list; ``load_dataset(
+"file", path=...)``, :mod:`wavygraph.data.files`). :func:`from_networkx`
+turns a networkx graph into a training-ready ``Data`` (``docs/own_graphs.md``).
 
 Missing OGB / PyG files are fetched by OGB's / PyG's own download code
 (``download=True``, the default; see :mod:`wavygraph.data.download`); with
@@ -30,11 +33,14 @@ generated stand-ins with the OGB sets' shapes (``docs/ogb.md``).
 from .batching import induced_subgraph, node_chunks, random_partition
 from .csbm import CSBM_PRESETS, load_csbm, make_csbm, make_multilabel_csbm
 from .errors import DatasetNotFoundError, InvalidDataError, UnknownDatasetError, WavygraphDataError
+from .files import load_file_graph
+from .from_nx import from_networkx, node_order
 from .info import DatasetInfo
 from .ogb_format import write_ogb_node_dataset
 from .ogbn import load_ogbn, ogb_safe_load
 from .pyg import PYG_SOURCES, load_pyg
 from .registry import DATASETS, DatasetSpec, load_dataset
+from .stratified import stratified_split
 from .validate import check_data
 
 __all__ = [
@@ -45,6 +51,10 @@ __all__ = [
     "load_ogbn",
     "load_pyg",
     "load_csbm",
+    "load_file_graph",
+    "from_networkx",
+    "node_order",
+    "stratified_split",
     "make_csbm",
     "make_multilabel_csbm",
     "CSBM_PRESETS",

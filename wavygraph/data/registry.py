@@ -10,6 +10,7 @@ from torch_geometric.data import Data
 
 from .csbm import load_csbm
 from .errors import UnknownDatasetError, WavygraphDataError
+from .files import load_file_graph
 from .info import DatasetInfo
 from .ogbn import load_ogbn
 from .pyg import PYG_SOURCES, load_pyg
@@ -24,7 +25,7 @@ class DatasetSpec:
     name: str
     loader: Callable[..., tuple[Data, DatasetInfo]]
     description: str
-    source: str  # "ogb", "pyg" or "synthetic"
+    source: str  # "ogb", "pyg", "synthetic" or "file"
 
 
 DATASETS: dict[str, DatasetSpec] = {}
@@ -45,6 +46,15 @@ register(
         lambda root=None, split=0, **options: load_csbm(split=split, **options),
         "contextual stochastic block model, generated (options: preset, num_nodes, ...)",
         "synthetic",
+    )
+)
+
+register(
+    DatasetSpec(
+        "file",
+        load_file_graph,
+        "a graph file of your own (options: path, features, labels, train_fraction, val_fraction; docs/own_graphs.md)",
+        "file",
     )
 )
 
@@ -69,7 +79,8 @@ def load_dataset(
     ``val_mask``, ``test_mask`` of the chosen ``split``; ``info`` a
     :class:`DatasetInfo` (task, metric, sizes, ``info.score``).
 
-    ``options`` go to the loader (only ``csbm`` takes any). Missing OGB and
+    ``options`` go to the loader (only ``csbm`` and ``file`` take any;
+    ``file``: :func:`~wavygraph.data.files.load_file_graph`). Missing OGB and
     PyG files are fetched by OGB's / PyG's own download code when
     ``download`` is true (see :mod:`wavygraph.data.download`). Raises
     :class:`UnknownDatasetError` for a name not in :data:`DATASETS` and
@@ -89,9 +100,9 @@ def load_dataset(
     if split_mode not in SPLIT_MODES:
         raise WavygraphDataError(f"unknown split_mode {split_mode!r}; choose one of {', '.join(SPLIT_MODES)}")
     spec = DATASETS[key]
-    if options and spec.source != "synthetic":
+    if options and spec.source in ("ogb", "pyg"):
         raise WavygraphDataError(f"{key} takes no options, got {', '.join(options)}")
-    if spec.source != "synthetic":
+    if spec.source in ("ogb", "pyg"):
         options = {"download": bool(download)}
     drawn = split_mode == "per_class"
     data, info = spec.loader(root=root, split=0 if drawn else split, **options)

@@ -34,6 +34,8 @@ UNHASHED_AT = {
     "model.sgformer_graph_weight": 0.8, "model.sgformer_trans_weight_decay": 0.001,
     "model.input_dropout": 0.0, "model.source_weight": 1.0,
     "data.split_mode": "given", "data.per_class": 20, "data.num_val": 500, "data.num_test": 1000,
+    "data.path": None, "data.features": None, "data.labels": None, "data.train_fraction": 0.6,
+    "data.val_fraction": 0.2,
 }
 
 

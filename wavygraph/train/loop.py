@@ -218,8 +218,8 @@ def run(cfg: DictConfig) -> dict:
     if t.num_threads:
         torch.set_num_threads(t.num_threads)
     seed_everything(t.seed)
-    options = dict(OmegaConf.to_container(cfg.data.csbm)) if cfg.data.name.lower() == "csbm" else {}
     d = cfg.data
+    options = dataset_options(d)
     data, info = load_dataset(d.name, d.root, d.split, d.normalize_features, download=d.download,
                               split_mode=d.split_mode, per_class=d.per_class, num_val=d.num_val,
                               num_test=d.num_test, **options)
@@ -228,6 +228,17 @@ def run(cfg: DictConfig) -> dict:
         return _run(cfg, data, info, device, ctx, start)
     finally:
         dist_utils.teardown(ctx)
+
+
+def dataset_options(d: DictConfig) -> dict:
+    """The loader options of ``cfg.data``: ``data.csbm.*`` for ``csbm``, the
+    file keys for ``file``, none for the other data sets."""
+    name = d.name.lower()
+    if name == "csbm":
+        return dict(OmegaConf.to_container(d.csbm))
+    if name == "file":
+        return {k: d[k] for k in ("path", "features", "labels", "train_fraction", "val_fraction")}
+    return {}
 
 
 def _setup_model(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx):
@@ -353,7 +364,8 @@ def _finish(cfg: DictConfig, core, data: Data, info: DatasetInfo, device, ctx, s
         "seconds_per_epoch": float(np.mean(state.epoch_seconds)) if state.epoch_seconds else None,
         "num_params": sum(p.numel() for p in core.parameters()),
         "peak_memory_mb": None,
-        "residual": cfg.model.residual,
+        "arch": cfg.model.get("arch", "wavy"),
+        "residual": cfg.model.residual if cfg.model.get("arch", "wavy") == "wavy" else None,  # none for a baseline
         "num_layers": cfg.model.num_layers,
         "world_size": ctx.world_size,
         "history": state.history,
