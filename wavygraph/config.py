@@ -114,6 +114,7 @@ class ModelConfig:
     norm: str = "layer"
     featscale: bool = False
     step_impl: str = "eager"  # or "compile": torch.compile the step + LayerNorm (same results)
+    shared_attention: bool = False  # one attention layer for all steps (parameters independent of depth)
     # model.arch and the baselines' own options (wavygraph/train/models.py). A baseline takes
     # num_layers, hidden_channels and dropout (sgformer also heads) and its own keys below;
     # any other model key set away from its default is an error for it.

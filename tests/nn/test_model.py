@@ -378,3 +378,37 @@ def test_trains_on_cora(tmp_path):
 
 
 EPOCHS = int(os.environ.get("WAVYGRAPH_TEST_CORA_EPOCHS", "300"))
+
+
+@pytest.mark.parametrize("residual", ["diffusion", "wave"])
+def test_shared_attention_is_one_conv_for_every_step(residual, tmp_path):
+    """shared_attention=True: the same DIFFormerConv (one set of query/key/value and local-branch
+    parameters) at every step, written out with one conv; norms stay per layer."""
+    torch.manual_seed(0)
+    kw = dict(num_layers=4, residual=residual, tau=0.7, value_proj=True)
+    model = WavyDIFFormer(5, 8, 3, shared_attention=True, **kw).double().eval()
+    one = model.convs[0]
+    conv_params = sum(p.numel() for p in one.parameters())
+    separate = WavyDIFFormer(5, 8, 3, **kw)
+    assert sum(p.numel() for p in separate.parameters()) - sum(p.numel() for p in model.parameters()) \
+        == 3 * conv_params > 0
+    with torch.no_grad():
+        for norm in model.norms:  # per-layer norms: make them differ
+            norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(7, 5, dtype=torch.float64)
+    h = F.relu(model.input_norm(model.input(x)))
+    y = torch.zeros_like(h)
+    for norm in model.norms:
+        f = one(h, GRAPH) - h
+        if residual == "diffusion":
+            h = _ln(h + 0.7 * f, norm)
+        else:
+            y = y + 0.7 * f
+            h, y = _joint_ln(h + 0.7 * y, y, norm)
+    torch.testing.assert_close(model(x, GRAPH), model.output(h), rtol=0, atol=1e-12)
+    # a saved and reloaded model keeps the sharing
+    torch.save(model.state_dict(), tmp_path / "m.pt")
+    again = WavyDIFFormer(5, 8, 3, shared_attention=True, **kw).double().eval()
+    again.load_state_dict(torch.load(tmp_path / "m.pt"))
+    assert again.convs[0] is again.convs[3]
+    torch.testing.assert_close(again(x, GRAPH), model(x, GRAPH), rtol=0, atol=0)

@@ -113,6 +113,13 @@ class WavyDIFFormer(nn.Module):
             run (``norm="layer"``): ``"eager"`` or ``"compile"`` (fused
             kernels by ``torch.compile``, same results to float rounding,
             see :mod:`wavygraph.nn.fused`). (default: ``"eager"``)
+        shared_attention (bool, optional): one attention layer (query, key
+            and value maps and local branch) for all ``num_layers`` steps,
+            so that the stack integrates one time-invariant vector field
+            and its attention parameters do not grow with depth (this
+            package's own option, after GCNII's shared weights); the norms
+            and the steppers' own parameters stay per layer.
+            (default: :obj:`False`)
 
     Shapes:
         - **input:** x ``(N, in_channels)``, edge_index ``(2, E)``,
@@ -150,6 +157,7 @@ class WavyDIFFormer(nn.Module):
         norm: str = "layer",
         featscale: bool = False,
         step_impl: str = "eager",
+        shared_attention: bool = False,
     ):
         super().__init__()
         self._check_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
@@ -173,10 +181,10 @@ class WavyDIFFormer(nn.Module):
 
         self.input = nn.Linear(in_channels, hidden_channels)
         self.input_norm = nn.LayerNorm(hidden_channels) if input_norm else None
-        self.convs = nn.ModuleList(
-            DIFFormerConv(hidden_channels, heads, kernel, qk_norm, use_graph, graph_weight, value_proj=value_proj)
-            for _ in range(num_layers)
-        )
+        convs = [DIFFormerConv(hidden_channels, heads, kernel, qk_norm, use_graph, graph_weight, value_proj=value_proj)
+                 for _ in range(1 if shared_attention else num_layers)]
+        self.shared_attention = shared_attention
+        self.convs = nn.ModuleList(convs * num_layers if shared_attention else convs)  # shared: one module L times
         options = dict(residual_options or {})
         self.steppers = nn.ModuleList(
             make_stepper(residual, hidden_channels, tau, **options) for _ in range(num_layers)

@@ -32,7 +32,7 @@ UNHASHED_AT = {
     "model.arch": "wavy", "model.gcnii_alpha": 0.1, "model.gcnii_theta": 0.5, "model.gcnii_shared_weights": True,
     "model.gcnii_conv_weight_decay": 0.01, "model.sgformer_trans_layers": 1, "model.sgformer_trans_dropout": 0.2,
     "model.sgformer_graph_weight": 0.8, "model.sgformer_trans_weight_decay": 0.001,
-    "model.input_dropout": 0.0, "model.source_weight": 1.0,
+    "model.input_dropout": 0.0, "model.source_weight": 1.0, "model.shared_attention": False,
     "data.split_mode": "given", "data.per_class": 20, "data.num_val": 500, "data.num_test": 1000,
     "data.path": None, "data.features": None, "data.labels": None, "data.train_fraction": 0.6,
     "data.val_fraction": 0.2,
