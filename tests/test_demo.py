@@ -1,5 +1,6 @@
 """wavygraph demo end to end: real training on the built-in synthetic graph
-(tiny settings), sweep store, report, printed paths; a rerun reuses the runs."""
+(tiny settings), sweep store, report, printed paths; a rerun reuses the runs.
+And the demo table in docs/results.md: the one the default demo prints."""
 import json
 from pathlib import Path
 
@@ -9,6 +10,9 @@ import torch
 
 from wavygraph.cli import main as cli_main
 from wavygraph.nn import STEPPERS
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "results.md"
+TABLE_START, TABLE_END = "<!-- demo-table:start -->", "<!-- demo-table:end -->"
 
 
 @pytest.fixture
@@ -44,3 +48,40 @@ def test_demo_runs_and_reports(tmp_path, capsys, one_thread):
     assert f"{runs} runs (0 new, {runs} reused)" in capsys.readouterr().out
     assert cli_main(["sweep", str(out / "demo_sweep.yaml"), "--no-progress"]) == 0
     assert f"ran 0, already done {runs}" in capsys.readouterr().out
+
+
+def table_rows(text: str) -> list[str]:
+    """The markdown table rows (lines starting with ``|``) of ``text``."""
+    return [line.strip() for line in text.splitlines() if line.strip().startswith("|")]
+
+
+def doc_demo_table() -> list[str]:
+    """The rows of the demo table in docs/results.md, between its markers."""
+    text = DOC.read_text()
+    assert text.count(TABLE_START) == 1 and text.count(TABLE_END) == 1, f"{DOC}: one {TABLE_START} ... {TABLE_END}"
+    return table_rows(text.split(TABLE_START)[1].split(TABLE_END)[0])
+
+
+def test_doc_demo_table_has_every_kind_and_depth():
+    rows = doc_demo_table()
+    header = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert header == ["layers", *STEPPERS], "docs/results.md's demo table: rerun `wavygraph demo` and paste summary.md"
+    assert [row.split("|")[1].strip() for row in rows[2:]] == ["2", "8", "32"]
+
+
+@pytest.fixture
+def two_threads():
+    # the doc's table was printed on a 2-core machine with torch's default threads (2); float sums depend on them
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.slow  # the default demo: 30 training runs, several minutes on a CPU
+def test_doc_demo_table_is_what_the_demo_prints(tmp_path, capsys, two_threads):
+    out = tmp_path / "demo"
+    assert cli_main(["demo", "--out", str(out), "--no-progress"]) == 0
+    printed = table_rows((out / "summary.md").read_text())
+    assert printed == table_rows(capsys.readouterr().out)
+    assert doc_demo_table() == printed, "docs/results.md's demo table differs from what `wavygraph demo` printed"
