@@ -5,7 +5,7 @@ No download: the graph is the ``small`` preset of the ``csbm`` data set
 fly). The demo writes the equivalent sweep file to ``OUT/demo_sweep.yaml``,
 runs it with :mod:`wavygraph.sweep` (resumable: rerun to finish an
 interrupted demo) and reports with :mod:`wavygraph.report`. The defaults
-(depths 2, 8, 32; all four residual kinds; 2 seeds; 60 epochs) take a few
+(depths 2, 8, 32; every registered residual kind; 2 seeds; 60 epochs) take a few
 minutes on a laptop CPU and show the collapse of deep diffusion.
 """
 from __future__ import annotations
@@ -90,7 +90,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "demo",
         help="a small depth sweep on a built-in synthetic graph (no download)",
-        description="Depth sweep (all four residual kinds) on the small csbm synthetic graph; "
+        description="Depth sweep (every registered residual kind) on the small csbm synthetic graph; "
         "prints the summary table and where the plots are.",
     )
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
