@@ -15,13 +15,17 @@ DOC = Path(__file__).resolve().parents[1] / "docs" / "results.md"
 TABLE_START, TABLE_END = "<!-- demo-table:start -->", "<!-- demo-table:end -->"
 
 
+def _with_threads(n: int):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture
 def one_thread():
     # the test machine is shared: OpenMP threads competing for 2 cores make tiny runs 10x slower
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    yield from _with_threads(1)
 
 
 @pytest.mark.slow  # a real sweep of training runs
@@ -72,10 +76,7 @@ def test_doc_demo_table_has_every_kind_and_depth():
 @pytest.fixture
 def two_threads():
     # the doc's table was printed on a 2-core machine with torch's default threads (2); float sums depend on them
-    before = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(before)
+    yield from _with_threads(2)
 
 
 @pytest.mark.slow  # the default demo: 30 training runs, several minutes on a CPU
