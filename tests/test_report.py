@@ -135,3 +135,28 @@ def test_grid_over_arch_gives_one_table_with_a_column_per_arch(tmp_path):
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     assert lines == ["| layers | gcn | mlp |", "| 3 | **64.00 ± 1.41** (2) | 37.00 ± 1.41 (2) |"]
     assert "model.arch=" not in text
+
+
+def test_data_splits_are_averaged_like_seeds(tmp_path):
+    """A grid over data.split (Minesweeper's 10 given splits) is a repeat, not
+    a variant: one row per depth and kind, mean and std over every (seed,
+    split) run, and results.csv keeps the split of each cell."""
+    root = tmp_path / "sweep"
+    scores = {(0, 0): 0.90, (0, 1): 0.80, (0, 2): 0.85, (1, 0): 0.70}  # (seed, split) -> test
+    for (seed, split), score in scores.items():
+        h = f"s{seed}p{split}".ljust(16, "0")
+        cfg = {"data": {"name": "minesweeper", "split": split},
+               "model": {"num_layers": 2, "residual": "wave"}, "train": {"seed": seed}}
+        rec = {"hash": h, "params": {"data.split": split, "train.seed": seed},
+               "config": cfg, "metrics": {"metric": "rocauc", "test": score, "best_val": score}}
+        (root / "cells" / h).mkdir(parents=True)
+        (root / "cells" / h / "cell.json").write_text(json.dumps(rec))
+    df = report.load_results(root)
+    assert sorted(zip(df["seed"], df["split"])) == sorted(scores)
+    assert report.other_keys(df) == []
+    text = report.summary_table(df)
+    values = list(scores.values())
+    m, s = statistics.mean(values) * 100, statistics.stdev(values) * 100
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    assert lines == ["| layers | wave |", f"| 2 | **{m:.2f} ± {s:.2f}** (4) |"]
+    assert "over seeds and data splits" in text and "data.split=" not in text

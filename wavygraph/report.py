@@ -4,9 +4,10 @@ Reads ``DIR/cells/*/cell.json`` (written by :mod:`wavygraph.sweep`) and
 writes into ``DIR`` (or ``--out``):
 
 * ``results.csv``: one row per cell: the grid values, ``depth``,
-  ``residual``, ``seed``, the scores, and the last layer's value of every
-  diagnostic (``<measure>_last``);
-* ``summary.md``: test score mean ± std (sample std over seeds, count in
+  ``residual``, ``seed``, ``split`` (``data.split``), the scores, and the
+  last layer's value of every diagnostic (``<measure>_last``);
+* ``summary.md``: test score mean ± std (sample std over seeds and data
+  splits: a grid over ``data.split`` repeats runs as seeds do; count in
   brackets) per residual kind (columns) and depth (rows), the best mean of
   each depth in bold; one table per combination of the other grid keys, and
   then all of them in one table (a row per variant, a column per depth);
@@ -35,6 +36,8 @@ CELL_FILE = "cell.json"
 SCORE_COLUMNS = ("test", "best_val", "best_epoch", "epochs", "seconds", "num_params")
 DIAGNOSTICS = ("dirichlet_energy", "feature_variance", "inter_class_variance", "cosine_similarity", "spectral_gap")
 _FIXED = ("depth", "residual", "seed")
+#: grid keys that repeat a run rather than vary the model: averaged over
+REPEAT_KEYS = ("train.seed", "data.split")
 
 
 class ReportError(ValueError):
@@ -95,6 +98,7 @@ def load_results(out_dir: str | os.PathLike, records: Sequence[dict] | None = No
         arch = _get(cfg, "model.arch", "wavy")  # a baseline (gcn, gcnii, ...) is its own column
         row["residual"] = _get(cfg, "model.residual") if arch == "wavy" else arch
         row["seed"] = _get(cfg, "train.seed")
+        row["split"] = _get(cfg, "data.split")
         row["dataset"] = _get(cfg, "data.name")
         metric = metrics.get("metric")
         row["metric"] = metric if isinstance(metric, str) else "score"
@@ -107,16 +111,17 @@ def load_results(out_dir: str | os.PathLike, records: Sequence[dict] | None = No
     order = {r: i for i, r in enumerate(_residual_order(df["residual"]))}
     others = other_keys(df)
     df["_r"] = df["residual"].map(order)
-    df = df.sort_values([*others, "_r", "depth", "seed", "hash"], kind="stable").drop(columns="_r")
+    df = df.sort_values([*others, "_r", "depth", "seed", "split", "hash"], kind="stable").drop(columns="_r")
     return df.reset_index(drop=True)
 
 
 def other_keys(df: pd.DataFrame) -> list[str]:
-    """Grid keys besides depth, residual kind and seed: each combination of
-    their values gets its own table and plot line set. ``model.arch`` is not
-    one: a baseline's arch already names its column in place of the kind."""
-    skip = {"hash", "depth", "residual", "seed", "dataset", "metric", *SCORE_COLUMNS,
-            "model.num_layers", "model.residual", "model.arch", "train.seed"}
+    """Grid keys besides depth, residual kind, seed and data split: each
+    combination of their values gets its own table and plot line set.
+    ``model.arch`` is not one: a baseline's arch already names its column in
+    place of the kind."""
+    skip = {"hash", "depth", "residual", "seed", "split", "dataset", "metric", *SCORE_COLUMNS,
+            "model.num_layers", "model.residual", "model.arch", *REPEAT_KEYS}
     return [c for c in df.columns if c not in skip and not c.endswith("_last")]
 
 
@@ -152,7 +157,8 @@ def summary_table(df: pd.DataFrame) -> str:
     others = other_keys(df)
     metric = ", ".join(sorted(set(df["metric"].astype(str))))
     unit = " (%)" if scale == 100.0 else ""
-    lines = [f"test {metric}{unit} at the best validation epoch, mean ± std over seeds (runs)", ""]
+    over = "seeds and data splits" if df["split"].nunique(dropna=False) > 1 else "seeds"
+    lines = [f"test {metric}{unit} at the best validation epoch, mean ± std over {over} (runs)", ""]
     groups = [((), agg)] if not others else list(agg.groupby(others, sort=False, dropna=False))
     for key, part in groups:
         if others:
@@ -255,11 +261,12 @@ def plot_score_vs_depth(df: pd.DataFrame, path: Path) -> Path:
     return path
 
 
-_GRID_FIXED = ("model.num_layers", "model.residual", "train.seed")
+_GRID_FIXED = ("model.num_layers", "model.residual", *REPEAT_KEYS)
 
 
 def _variant_keys(records: Sequence[dict]) -> list[str]:
-    """Grid keys besides depth, residual kind and seed, in first-seen order."""
+    """Grid keys besides depth, residual kind, seed and data split, in
+    first-seen order."""
     return [k for k in _grid_keys(records) if k not in _GRID_FIXED]
 
 
