@@ -70,7 +70,7 @@ def test_config_stays_strict_after_loading():
     assert OmegaConf.select(cfg, "data.csbm.preset") == "arxiv"
 
 
-@pytest.mark.parametrize("name", ["cora", "citeseer", "actor", "arxiv", "proteins", "products", "csbm"])
+@pytest.mark.parametrize("name", ["cora", "citeseer", "actor", "arxiv", "proteins", "products", "csbm", "minesweeper"])
 def test_shipped_configs_load(name):
     from pathlib import Path
 
@@ -120,3 +120,17 @@ def test_planetoid_configs_carry_the_cora_recipe():
     assert cora["model.residual"][1] in {"wave", "mix", "light_wave", "light_wave_joint"}
     assert cora["model.graph_weight"][1] < 1 and "model.num_layers" not in cora
     assert not {k for k in cora if k.startswith("data.")}
+
+
+def test_minesweeper_config_carries_the_recipes_model():
+    """configs/minesweeper.yaml is the Cora recipe's model (every model key of configs/cora.yaml
+    but the depth, chosen per data set by validation) with its own data and training block."""
+    from pathlib import Path
+
+    from wavygraph.utils import flatten
+
+    repo = Path(__file__).resolve().parents[1] / "configs"
+    cora, mines = (flatten(OmegaConf.to_container(load_config(str(repo / f"{n}.yaml")))) for n in ("cora", "minesweeper"))
+    model = {k for k in cora if k.startswith("model.") and k != "model.num_layers"}
+    assert {k: mines[k] for k in model} == {k: cora[k] for k in model}
+    assert mines["data.name"] == "minesweeper" and mines["model.graph_weight"] < 1
