@@ -1,6 +1,6 @@
 """WavyDIFFormer with its defaults in the usual PyG training loop, side by
-side with PyG's ``GCN`` in the same loop (issue 13: "defaults that serve a
-user who writes the usual PyG training loop").
+side with PyG's ``GCN`` in the same loop: do the defaults serve a user who
+writes the usual PyG training loop?
 
 The loop is the one a PyG user writes first: Cora (Planetoid public split,
 ``NormalizeFeatures``; downloaded by PyG into ``--root`` when missing),
