@@ -35,9 +35,10 @@ from .nn.steppers import STEPPERS
 CELL_FILE = "cell.json"
 SCORE_COLUMNS = ("test", "best_val", "best_epoch", "epochs", "seconds", "num_params")
 DIAGNOSTICS = ("dirichlet_energy", "feature_variance", "inter_class_variance", "cosine_similarity", "spectral_gap")
-_FIXED = ("depth", "residual", "seed")
 #: grid keys that repeat a run rather than vary the model: averaged over
 REPEAT_KEYS = ("train.seed", "data.split")
+#: grid keys with their own place in every table (depth, kind) or averaged over
+_GRID_FIXED = ("model.num_layers", "model.residual", *REPEAT_KEYS)
 
 
 class ReportError(ValueError):
@@ -121,7 +122,7 @@ def other_keys(df: pd.DataFrame) -> list[str]:
     ``model.arch`` is not one: a baseline's arch already names its column in
     place of the kind."""
     skip = {"hash", "depth", "residual", "seed", "split", "dataset", "metric", *SCORE_COLUMNS,
-            "model.num_layers", "model.residual", "model.arch", *REPEAT_KEYS}
+            "model.arch", *_GRID_FIXED}
     return [c for c in df.columns if c not in skip and not c.endswith("_last")]
 
 
@@ -259,9 +260,6 @@ def plot_score_vs_depth(df: pd.DataFrame, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
-
-
-_GRID_FIXED = ("model.num_layers", "model.residual", *REPEAT_KEYS)
 
 
 def _variant_keys(records: Sequence[dict]) -> list[str]:
