@@ -1,7 +1,11 @@
+from pathlib import Path
+
 import pytest
 from omegaconf import OmegaConf
 
 from wavygraph.config import Config, ConfigError, load_config
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
 
 def test_defaults_match_dataclasses():
@@ -72,10 +76,7 @@ def test_config_stays_strict_after_loading():
 
 @pytest.mark.parametrize("name", ["cora", "citeseer", "actor", "arxiv", "proteins", "products", "csbm", "minesweeper"])
 def test_shipped_configs_load(name):
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml"
-    cfg = load_config(str(path))
+    cfg = load_config(str(CONFIGS / f"{name}.yaml"))
     assert cfg.out_dir.startswith("runs/")
 
 
@@ -98,27 +99,25 @@ def test_model_config_covers_every_model_option():
                 assert f.default == defaults[f.name], f.name
 
 
+def recipe_changes(name):
+    """{key: (DIFFormer's value, ours)} where configs/<name>.yaml differs from configs/difformer/<name>.yaml."""
+    from wavygraph.utils import flatten
+
+    ours = flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{name}.yaml"))))
+    theirs = flatten(OmegaConf.to_container(load_config(str(CONFIGS / "difformer" / f"{name}.yaml"))))
+    assert ours.pop("out_dir") == f"runs/{name}" and ours["data.name"] == name
+    theirs.pop("out_dir")
+    return {k: (theirs[k], v) for k, v in ours.items() if theirs[k] != v}
+
+
 def test_planetoid_configs_carry_the_cora_recipe():
     """configs/<set>.yaml is DIFFormer's run.sh line for that set (configs/difformer/<set>.yaml)
     plus the recipe's changes, the same changes for cora, citeseer and pubmed (Cora also has its
     own weight decay); the attention stays on (graph_weight < 1) and the residual kind is a wave kind."""
-    from pathlib import Path
-
-    from wavygraph.utils import flatten
-
-    repo = Path(__file__).resolve().parents[1] / "configs"
-
-    def changes(name):  # {key: (DIFFormer's value, the recipe's value)} without out_dir
-        ours = flatten(OmegaConf.to_container(load_config(str(repo / f"{name}.yaml"))))
-        theirs = flatten(OmegaConf.to_container(load_config(str(repo / "difformer" / f"{name}.yaml"))))
-        assert ours.pop("out_dir") == f"runs/{name}" and ours["data.name"] == name
-        theirs.pop("out_dir")
-        return {k: (theirs[k], v) for k, v in ours.items() if theirs[k] != v}
-
-    cora = changes("cora")
+    cora = recipe_changes("cora")
     # DIFFormer tunes the weight decay per set (0.01 / 1.0 / 1e-4); Cora's was re-chosen by validation
     assert cora.pop("train.weight_decay") == (0.01, 0.05)
-    assert changes("citeseer") == cora and changes("pubmed") == cora
+    assert recipe_changes("citeseer") == cora and recipe_changes("pubmed") == cora
     assert cora["model.residual"][1] in {"wave", "mix", "light_wave", "light_wave_joint"}
     assert cora["model.graph_weight"][1] < 1 and "model.num_layers" not in cora
     assert not {k for k in cora if k.startswith("data.")}
@@ -127,12 +126,19 @@ def test_planetoid_configs_carry_the_cora_recipe():
 def test_minesweeper_config_carries_the_recipes_model():
     """configs/minesweeper.yaml is the Cora recipe's model (every model key of configs/cora.yaml
     but the depth, chosen per data set by validation) with its own data and training block."""
-    from pathlib import Path
-
     from wavygraph.utils import flatten
 
-    repo = Path(__file__).resolve().parents[1] / "configs"
-    cora, mines = (flatten(OmegaConf.to_container(load_config(str(repo / f"{n}.yaml")))) for n in ("cora", "minesweeper"))
+    cora, mines = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml")))) for n in ("cora", "minesweeper"))
     model = {k for k in cora if k.startswith("model.") and k != "model.num_layers"}
     assert {k: mines[k] for k in model} == {k: cora[k] for k in model}
     assert mines["data.name"] == "minesweeper" and mines["model.graph_weight"] < 1
+
+
+def test_arxiv_standin_recipe_sweep_sets_the_recipes_model_changes():
+    """configs/sweeps/arxiv_standin_recipe.yaml sets exactly the recipe's model changes (the residual
+    kind comes from its grid), so the stand-in cells follow configs/cora.yaml."""
+    sweep = OmegaConf.to_container(OmegaConf.load(CONFIGS / "sweeps" / "arxiv_standin_recipe.yaml"))
+    model = {k: v for k, v in sweep["set"].items() if k.startswith("model.")}
+    recipe = {k: v for k, (_, v) in recipe_changes("cora").items() if k.startswith("model.") and k != "model.residual"}
+    assert model == recipe
+    assert recipe_changes("cora")["model.residual"][1] in sweep["grid"]["model.residual"]
