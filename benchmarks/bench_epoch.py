@@ -33,8 +33,8 @@ import statistics
 import torch
 import torch.nn.functional as F
 
-from wavygraph.nn.fused import STEP_IMPLS
 from wavygraph.nn.steppers import STEPPERS
+from wavygraph.nn.steppers.compiled import STEP_IMPLS
 
 from benchmarks._common import (fmt_mb, in_subprocess, machine_line, medians, paired_ratios, rep_ratios, time_reps,
                                warm_peak)

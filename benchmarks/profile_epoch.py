@@ -14,8 +14,8 @@ from torch.profiler import ProfilerActivity, profile
 
 from benchmarks._common import machine_line, sync, time_alternating
 from benchmarks.bench_epoch import build, load_graph
-from wavygraph.nn.fused import STEP_IMPLS
 from wavygraph.nn.steppers import STEPPERS
+from wavygraph.nn.steppers.compiled import STEP_IMPLS
 
 
 def self_times(epoch, device: str, reps: int) -> dict:

@@ -10,7 +10,7 @@ from wavygraph.data.info import DatasetInfo
 from wavygraph.nn import DIFFormerConv, WavyDIFFormer
 from wavygraph.nn.functional import all_pair_attention
 from wavygraph.nn.validate import InputError
-from wavygraph.train.loop import loss_fn
+from wavygraph.train.evaluation import loss_fn
 from torch_geometric.data import Data
 
 

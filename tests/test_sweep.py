@@ -189,10 +189,10 @@ def test_bad_sweep_files(tmp_path):
 
 def test_shards_are_disjoint_and_cover(tmp_path):
     cells = sw.expand(sw.load_sweep(str(write_sweep(tmp_path))))
-    parts = [sw.shard(cells, i, 3) for i in range(3)]
+    parts = [sw.shard_cells(cells, i, 3) for i in range(3)]
     hashes = [c.hash for p in parts for c in p]
     assert sorted(hashes) == sorted(c.hash for c in cells) and len(set(hashes)) == len(cells)
-    assert sw.shard(list(reversed(cells)), 1, 3) == parts[1]  # same whatever the order
+    assert sw.shard_cells(list(reversed(cells)), 1, 3) == parts[1]  # same whatever the order
 
 
 def test_run_skip_and_failures(tmp_path, fake_runner, monkeypatch):

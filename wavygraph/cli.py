@@ -41,11 +41,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return "; ".join(lines) if lines else type(exc).__name__
-
-
 def main(argv: list[str] | None = None) -> int:
     from wavygraph.utils import ignore_import_warnings
 
@@ -57,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str] | None) -> int:
     from wavygraph.config import ConfigError
     from wavygraph.data.errors import WavygraphDataError
-    from wavygraph.nn.fused import StepCompileError
+    from wavygraph.nn.steppers.compiled import StepCompileError
+    from wavygraph.utils import one_line
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -68,7 +64,7 @@ def _main(argv: list[str] | None) -> int:
     try:
         return int(func(args) or 0)
     except (ConfigError, WavygraphDataError, ValueError, StepCompileError) as exc:
-        print(f"wavygraph: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"wavygraph: error: {one_line(exc, join=True)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("wavygraph: interrupted", file=sys.stderr)

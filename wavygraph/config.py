@@ -24,15 +24,15 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from wavygraph.nn.functional import KERNELS, QK_NORMS
-from wavygraph.nn.joint import ACTIVATIONS
+from wavygraph.nn.joint_ffn import ACTIVATIONS
 from wavygraph.data.csbm import CSBM_PRESETS
 from wavygraph.data.errors import WavygraphDataError
 from wavygraph.data.files import ARRAY_FORMATS, check_file
-from wavygraph.data.stratified import check_fractions
-from wavygraph.data.splits import SPLIT_MODES
-from wavygraph.nn.fused import STEP_IMPLS
+from wavygraph.data.splits import SPLIT_MODES, check_fractions
 from wavygraph.nn.model import DROPOUT_AT, FORCE_SCALES, NORMS, WavyDIFFormer
 from wavygraph.nn.steppers import STEPPERS, make_stepper
+from wavygraph.nn.steppers.compiled import STEP_IMPLS
+from wavygraph.utils import one_line
 
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")
@@ -160,10 +160,10 @@ class Config:
     imports: List[str] = field(default_factory=list)
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    # OmegaConf appends "full_key: ..., object_type=..." lines; keep the first line
-    first = text.splitlines()[0] if text else type(exc).__name__
+def _keyed_line(exc: BaseException) -> str:
+    """The first line of the message, after the key that OmegaConf names
+    (OmegaConf appends "full_key: ..., object_type=..." lines)."""
+    first = one_line(exc)
     full_key = getattr(exc, "full_key", None)
     if full_key and full_key not in first:
         first = f"{full_key}: {first}"
@@ -329,7 +329,7 @@ def import_modules(names: Sequence[str]) -> None:
         try:
             importlib.import_module(name)
         except Exception as exc:
-            raise ConfigError(f"imports: cannot import {name!r} ({type(exc).__name__}: {_one_line(exc)}); "
+            raise ConfigError(f"imports: cannot import {name!r} ({type(exc).__name__}: {_keyed_line(exc)}); "
                               "it must be importable from the working directory or PYTHONPATH") from None
 
 
@@ -339,7 +339,7 @@ def _check_residual_options(m: DictConfig) -> None:
     try:
         make_stepper(m.residual, 1, **options)
     except (ValueError, TypeError) as exc:
-        raise ConfigError(f"model.residual_options: {_one_line(exc)}") from None
+        raise ConfigError(f"model.residual_options: {_keyed_line(exc)}") from None
 
 
 def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:
@@ -360,7 +360,7 @@ def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:
             except ConfigError:
                 raise
             except Exception as exc:  # yaml.YAMLError and friends
-                raise ConfigError(f"cannot read {path}: {_one_line(exc)}") from None
+                raise ConfigError(f"cannot read {path}: {_keyed_line(exc)}") from None
             if loaded is None:
                 loaded = OmegaConf.create({})
             if not isinstance(loaded, DictConfig):
@@ -374,13 +374,13 @@ def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:
     except ConfigError:
         raise
     except OmegaConfBaseException as exc:
-        msg = _one_line(exc)
+        msg = _keyed_line(exc)
         if "Key '" in msg and "not in" in msg:
             full_key = getattr(exc, "full_key", None) or msg
             msg = f"unknown config key {full_key!r}"
         raise ConfigError(msg) from None
     except Exception as exc:  # e.g. a malformed dotlist entry
-        raise ConfigError(_one_line(exc)) from None
+        raise ConfigError(_keyed_line(exc)) from None
     _reset_recipe_keys(cfg, loaded, overrides)
     import_modules(cfg.imports)
     _check(cfg)

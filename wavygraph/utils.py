@@ -1,6 +1,6 @@
 """Small helpers shared by training, sweeps and reports: atomic file writes,
-the flattening of nested dicts into dotted keys, and the warning filter of
-the command line.
+the flattening of nested dicts into dotted keys, an exception's message on
+one line, and the warning filter of the command line.
 
 An atomic write goes to a temporary file in the target's folder, which is
 then moved over the target with :func:`os.replace`: a reader (or a process
@@ -78,6 +78,22 @@ def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
         else:
             out[full] = value
     return out
+
+
+def one_line(exc: BaseException, join: bool = False, with_type: bool = False) -> str:
+    """The message of ``exc`` on one line, for errors printed without a
+    traceback: its first line, or with ``join`` all its non-blank lines
+    (each stripped) joined by ``"; "``; with ``with_type`` after the
+    exception's type name (``"OSError: ..."``). An empty message gives the
+    type name alone."""
+    text = str(exc).strip()
+    if join:
+        message = "; ".join(line.strip() for line in text.splitlines() if line.strip())
+    else:
+        message = text.splitlines()[0] if text else ""
+    if not message:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {message}" if with_type else message
 
 
 def ignore_import_warnings() -> None:

@@ -6,7 +6,7 @@ import torch
 
 from wavygraph import cli
 from wavygraph.data import WavygraphDataError, load_dataset
-from wavygraph.data.splits import per_class_split
+from wavygraph.data.splits import per_class_split, random_split, select_split
 
 from .test_registry import cora_root  # noqa: F401  (fixture)
 
@@ -77,3 +77,20 @@ def test_cli_runs_the_protocol(cora_root, tmp_path):  # noqa: F811
     assert "split_mode: per_class" in (out / "config.yaml").read_text()
     assert cli.main(args[:-1] + ["data.split_mode=random", f"out_dir={tmp_path / 'bad'}"]) == 2
     assert not (tmp_path / "bad").exists()
+
+
+def test_select_split_takes_one_column_and_a_shared_mask_whole():
+    cols = torch.tensor([[True, False, False], [False, True, False], [False, False, True], [True, True, False]])
+    shared = torch.tensor([False, False, True, True])  # (N,): one split for all, as WikiCS's test mask
+    for split in range(3):
+        got = select_split([cols, shared], split, ValueError)
+        assert torch.equal(got[0], torch.tensor([r[split] for r in cols.tolist()])) and got[1] is shared
+    with pytest.raises(WavygraphDataError, match=r"^3 columns$"):  # too_few gets the column count
+        select_split([cols, shared], 3, lambda count: WavygraphDataError(f"{count} columns"))
+
+
+def test_random_split_is_a_seeded_permutation_cut_in_three():
+    masks = random_split(torch.zeros(10), seed=4, train=0.3, val=0.2)
+    perm = torch.randperm(10, generator=torch.Generator().manual_seed(4))  # the literal draw
+    for mask, part in zip(masks, (perm[:3], perm[3:5], perm[5:])):
+        assert sorted(mask.nonzero().view(-1).tolist()) == sorted(part.tolist())

@@ -9,7 +9,7 @@ from torch_geometric.utils import homophily, is_undirected
 from wavygraph.cli import main
 from wavygraph.data import load_dataset
 from wavygraph.data.csbm import CSBM_PRESETS, PRESET_OGB, make_multilabel_csbm
-from wavygraph.data.pyg import random_split_masks
+from wavygraph.data.splits import random_split
 
 PROTEINS_SMALL = dict(preset="proteins", num_nodes=400, avg_degree=30.0)
 
@@ -29,7 +29,7 @@ def test_proteins_split_sizes_at_full_size_and_scaled():
     sizes, name = PRESET_OGB["proteins"]
     assert name == "ogbn-proteins"
     y = torch.zeros(sum(sizes))
-    masks = random_split_masks(y, 0, sizes[0] / sum(sizes), sizes[1] / sum(sizes))
+    masks = random_split(y, 0, sizes[0] / sum(sizes), sizes[1] / sum(sizes))
     assert [int(m.sum()) for m in masks] == [86_619, 21_236, 24_679]
     data, _ = load_dataset("csbm", split=3, **PROTEINS_SMALL)
     got = [int(m.sum()) for m in (data.train_mask, data.val_mask, data.test_mask)]

@@ -5,7 +5,7 @@ from torch_geometric.nn import PairNorm
 
 from wavygraph.nn import WavyDIFFormer
 from wavygraph.nn.featscale import FeatScale
-from wavygraph.nn.joint import JointPairNorm
+from wavygraph.nn.joint_norm import JointPairNorm
 
 GRAPH = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 0, 6], [1, 0, 2, 1, 4, 3, 5, 4, 5, 0]])
 

@@ -5,9 +5,9 @@ import torch
 from torch_geometric.utils import to_dense_batch
 
 from wavygraph.nn import DIFFormerConv
-from wavygraph.nn import folded, segments
+from wavygraph.nn import buckets, folded
 from wavygraph.nn.functional import all_pair_attention
-from wavygraph.nn.segments import Buckets, bucket_rows
+from wavygraph.nn.buckets import Buckets, bucket_rows
 
 
 def padded_simple(q, k, v, batch):
@@ -132,7 +132,7 @@ def test_folded_row_blocks_equal_reference(block_rows, monkeypatch):
 def test_buckets_many_sizes_unsorted_and_empty_graph(per_octave, monkeypatch):
     """Graph sizes over many buckets, nodes in any order, a graph index with
     no nodes: outputs and gradients equal those of each graph alone."""
-    monkeypatch.setitem(segments.BUCKETS_PER_OCTAVE, "cpu", per_octave)
+    monkeypatch.setitem(buckets.BUCKETS_PER_OCTAVE, "cpu", per_octave)
     torch.manual_seed(0)
     sizes = [1, 7, 8, 9, 64, 65, 130, 257, 3, 40]
     batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))

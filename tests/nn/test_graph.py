@@ -3,7 +3,7 @@ against a dense float64 reference built here from the edge list."""
 import pytest
 import torch
 
-from wavygraph.nn.graph import gcn_adjacency, propagate
+from wavygraph.nn.graph import as_adjacency, gcn_adjacency, propagate
 
 
 def dense_gcn(edge_index: torch.Tensor, n: int) -> torch.Tensor:
@@ -86,3 +86,10 @@ def test_half_precision_input_is_summed_in_float32():
     ref = dense_gcn(edges, 16) @ x.double()
     # one bf16 rounding of a float32 sum, not 16 bf16 additions
     torch.testing.assert_close(out.double(), ref, rtol=2**-8, atol=1e-6)
+
+
+def test_as_adjacency_builds_from_edges_and_passes_a_matrix_through():
+    edges = random_edges(6, 12, seed=3)
+    adj = as_adjacency(edges, 6, torch.float64)
+    torch.testing.assert_close(adj.to_dense(), dense_gcn(edges, 6), rtol=0, atol=1e-12)
+    assert as_adjacency(adj, 6) is adj  # built once, not normalised again

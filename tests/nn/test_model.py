@@ -102,11 +102,11 @@ def test_light_wave_model_gradients_are_the_paper(monkeypatch, source):
     each hidden state, two backward passes on one graph) equal those of the
     literal loop in plain ops, float64. Without the source term every layer runs the
     fused step + LayerNorm function (counted: it must), with it the plain ops."""
-    from wavygraph.nn import light_wave_fn
+    from wavygraph.nn.steppers import light_wave
 
     calls = []
-    real_apply = light_wave_fn.LightWaveLayerNorm.apply
-    monkeypatch.setattr(light_wave_fn.LightWaveLayerNorm, "apply", lambda *a: calls.append(1) or real_apply(*a))
+    real_apply = light_wave.LightWaveLayerNorm.apply
+    monkeypatch.setattr(light_wave.LightWaveLayerNorm, "apply", lambda *a: calls.append(1) or real_apply(*a))
     torch.manual_seed(1)
     tau, layers = 0.4, 5
     model = WavyDIFFormer(5, 8, 3, num_layers=layers, residual="light_wave", tau=tau, source=source,

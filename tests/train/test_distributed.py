@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from wavygraph import cli
-from wavygraph.train.distributed import DistContext, shard
+from wavygraph.train.distributed import DistContext, chunks_of_rank
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -22,14 +22,14 @@ def shared_dir():
     return None
 
 
-def test_shard_splits_chunks_evenly_and_covers_all():
+def test_chunks_of_rank_split_evenly_and_cover_all():
     parts = [torch.tensor([i]) for i in range(5)]
-    shares = [shard(parts, DistContext(rank=r, world_size=2, enabled=True)) for r in range(2)]
+    shares = [chunks_of_rank(parts, DistContext(rank=r, world_size=2, enabled=True)) for r in range(2)]
     assert [len(s) for s in shares] == [3, 3]  # padded to a multiple of the world size
     seen = {int(p) for s in shares for p in s}
     assert seen == set(range(5))
     assert not set(map(int, shares[0])) & set(map(int, shares[1][:2]))  # disjoint before the padding
-    assert shard(parts, DistContext()) == parts
+    assert chunks_of_rank(parts, DistContext()) == parts
 
 
 def test_distributed_without_torchrun_is_a_one_line_error(tmp_path, capsys, monkeypatch):

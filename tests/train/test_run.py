@@ -8,7 +8,7 @@ import torch
 from wavygraph.config import load_config
 from wavygraph.data import load_dataset
 from wavygraph.train import build_model, evaluate, run
-from wavygraph.train import loop
+from wavygraph.train import diagnose, loop
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,7 +57,7 @@ def test_mini_batches_follow_random_partitions(tmp_path, monkeypatch):
 
 
 def test_diagnostics_are_stored(tmp_path, monkeypatch):
-    monkeypatch.setattr(loop, "layer_diagnostics", lambda model, data: {"energy": [1.0] * (model.num_layers + 1)})
+    monkeypatch.setattr(diagnose, "layer_diagnostics", lambda model, data: {"energy": [1.0] * (model.num_layers + 1)})
     metrics = run(small_cfg(tmp_path / "d", "train.epochs=1"))
     assert metrics["diagnostics"] == {"energy": [1.0, 1.0, 1.0]}
     assert json.loads((tmp_path / "d" / "metrics.json").read_text())["diagnostics"]["energy"] == [1.0] * 3

@@ -40,7 +40,7 @@ from .ogb_format import write_ogb_node_dataset
 from .ogbn import load_ogbn, ogb_safe_load
 from .pyg import PYG_SOURCES, load_pyg
 from .registry import DATASETS, DatasetSpec, load_dataset
-from .stratified import stratified_split
+from .splits import per_class_split, random_split, stratified_split
 from .validate import check_data
 
 __all__ = [
@@ -55,6 +55,8 @@ __all__ = [
     "from_networkx",
     "node_order",
     "stratified_split",
+    "per_class_split",
+    "random_split",
     "make_csbm",
     "make_multilabel_csbm",
     "CSBM_PRESETS",

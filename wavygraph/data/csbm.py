@@ -41,7 +41,7 @@ from torch_geometric.utils import coalesce, remove_self_loops, to_undirected
 
 from .errors import WavygraphDataError
 from .info import DatasetInfo
-from .pyg import random_split_masks
+from .splits import random_split
 
 #: named parameter sets; ``arxiv`` and ``proteins`` have the OGB sets' shapes.
 CSBM_PRESETS: dict[str, dict] = {
@@ -189,5 +189,5 @@ def load_csbm(split: int = 0, preset: str = "arxiv", seed: int = 0, **params) ->
         ogb_name = None  # OGB's Evaluator of ogbn-proteins checks for its 112 tasks
     info.ogb_name, info.extra = ogb_name, opts
     train, val = sizes[0] / total, sizes[1] / total
-    data.train_mask, data.val_mask, data.test_mask = random_split_masks(data.y, split, train, val)
+    data.train_mask, data.val_mask, data.test_mask = random_split(data.y, split, train, val)
     return data, info

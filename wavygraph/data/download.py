@@ -21,6 +21,8 @@ import shutil
 import tempfile
 from typing import Callable, Iterator
 
+from wavygraph.utils import one_line
+
 from .errors import DatasetNotFoundError
 
 STAGING_PREFIX = ".wavygraph-download-"
@@ -77,13 +79,8 @@ def answer_ogb_prompts(answer: bool, log: Callable[[str], None] = print) -> Iter
         builtins.input, dataset_pyg.decide_download = saved_input, saved_decide
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-
-
 def network_error(name: str, url: str, exc: BaseException, manual: str) -> DatasetNotFoundError:
     """The one-line error for a failed download: the URL, the cause, the manual steps."""
     return DatasetNotFoundError(
-        f"{name}: could not download {url} ({first_line(exc)}); without a network: {manual}"
+        f"{name}: could not download {url} ({one_line(exc, with_type=True)}); without a network: {manual}"
     )

@@ -29,7 +29,8 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from .download import first_line
+from wavygraph.utils import one_line
+
 from .errors import DatasetNotFoundError, InvalidDataError, WavygraphDataError
 from .from_nx import networkx_graph_data
 from .info import DatasetInfo
@@ -64,7 +65,8 @@ def _torch_load(path: str, what: str):
         with ogb_safe_load():
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:
-        raise InvalidDataError(f"{path}: torch.load(weights_only=True) cannot read it ({first_line(exc)}); "
+        why = one_line(exc, with_type=True)
+        raise InvalidDataError(f"{path}: torch.load(weights_only=True) cannot read it ({why}); "
                                f"save {what} of plain tensors with torch.save") from None
 
 
@@ -78,7 +80,8 @@ def read_array(path: str, key: str) -> torch.Tensor:
         try:
             value = np.load(path, allow_pickle=False) if ext == ".npy" else np.loadtxt(path, delimiter=",", ndmin=1)
         except ValueError as exc:
-            raise InvalidDataError(f"{key}={path}: not a file of numbers ({first_line(exc)}); write numbers only, "
+            why = one_line(exc, with_type=True)
+            raise InvalidDataError(f"{key}={path}: not a file of numbers ({why}); write numbers only, "
                                    "comma-separated, without a header") from None
     try:
         t = torch.as_tensor(np.asarray(value) if not isinstance(value, torch.Tensor) else value)
@@ -119,7 +122,8 @@ def _read_networkx(path: str, ext: str):
                 return nx.read_gml(path, label="id")
         return nx.read_edgelist(path, comments="#", nodetype=str, data=False)
     except Exception as exc:
-        raise InvalidDataError(f"{path}: cannot read it as {GRAPH_FORMATS[ext]} ({first_line(exc)})") from None
+        why = one_line(exc, with_type=True)
+        raise InvalidDataError(f"{path}: cannot read it as {GRAPH_FORMATS[ext]} ({why})") from None
 
 
 def load_file_graph(

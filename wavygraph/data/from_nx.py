@@ -110,7 +110,9 @@ def _flag(value: Any, node: Any, key: str, name: str) -> bool:
     raise InvalidDataError(f"{name}: node {node!r} has {key}={value!r}; a mask must be true/false (or 1/0)")
 
 
-def _masks(graph, nodes: list, name: str) -> Optional[list]:
+def _masks_from_attributes(graph, nodes: list, name: str) -> Optional[list]:
+    """The nodes' ``train_mask`` / ``val_mask`` / ``test_mask`` attributes as
+    boolean tensors (``None`` for one no node has), or ``None`` for none."""
     columns = [_column(graph, nodes, key, name) for key in MASKS]
     if all(c is None for c in columns):
         return None
@@ -136,7 +138,7 @@ def networkx_graph_data(
     edge_index = pyg_from_networkx(plain).edge_index
     x = features if features is not None else _matrix(G, nodes, "x", name)
     y = labels if labels is not None else _matrix(G, nodes, "y", name)
-    return graph_data(x, edge_index, y, _masks(G, nodes, name), num_nodes=len(nodes), name=name, split=split,
+    return graph_data(x, edge_index, y, _masks_from_attributes(G, nodes, name), num_nodes=len(nodes), name=name, split=split,
                       train_fraction=train_fraction, val_fraction=val_fraction)
 
 

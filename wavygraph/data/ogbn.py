@@ -25,7 +25,9 @@ import torch
 from torch_geometric.data import Data
 from torch_geometric.utils import scatter, to_undirected
 
-from .download import answer_ogb_prompts, first_line, move_into_place, network_error, staging_folder
+from wavygraph.utils import one_line
+
+from .download import answer_ogb_prompts, move_into_place, network_error, staging_folder
 from .errors import DatasetNotFoundError, WavygraphDataError
 from .info import DatasetInfo
 from .ogb_format import ogb_meta
@@ -139,7 +141,8 @@ def fetch_ogb(name: str, root: str, log=print) -> str:
         except (WavygraphDataError, KeyboardInterrupt):
             raise
         except BaseException as exc:  # SystemExit included: OGB exits when a download is declined
-            raise WavygraphDataError(f"{name}: OGB could not process the download ({first_line(exc)})") from exc
+            why = one_line(exc, with_type=True)
+            raise WavygraphDataError(f"{name}: OGB could not process the download ({why})") from exc
         move_into_place(dataset.root, target)
     return target
 
@@ -169,11 +172,12 @@ def _load_ogb(name: str, root: str, download: bool = True):
             shutil.rmtree(processed_dir, ignore_errors=True)
         if isinstance(exc, (WavygraphDataError, KeyboardInterrupt)):
             raise
-        raise WavygraphDataError(f"{name}: OGB could not read {folder} ({first_line(exc)})") from exc
+        raise WavygraphDataError(f"{name}: OGB could not read {folder} ({one_line(exc, with_type=True)})") from exc
     return dataset, split_idx
 
 
-def _masks(data: Data, split_idx: dict) -> None:
+def _set_official_masks(data: Data, split_idx: dict) -> None:
+    """``data``'s boolean masks from OGB's ``split_idx`` node indices."""
     n = data.num_nodes
     for key, attr in (("train", "train_mask"), ("valid", "val_mask"), ("test", "test_mask")):
         mask = torch.zeros(n, dtype=torch.bool)
@@ -202,5 +206,5 @@ def load_ogbn(name: str, root: str, split: int = 0, download: bool = True) -> tu
         y = g.y.view(-1).long()
         data = Data(x=g.x.float(), edge_index=edge_index, y=y, num_nodes=n)
         info = DatasetInfo(name, "multiclass", "acc", g.x.shape[1], dataset.num_classes, ogb_name=name)
-    _masks(data, split_idx)
+    _set_official_masks(data, split_idx)
     return data, info

@@ -16,13 +16,15 @@ import os
 import shutil
 from dataclasses import dataclass, field
 
-import torch
 from torch_geometric.data import Data
 
-from .download import first_line, move_into_place, network_error, staging_folder
+from wavygraph.utils import one_line
+
+from .download import move_into_place, network_error, staging_folder
 from .errors import DatasetNotFoundError, WavygraphDataError
 from .info import DatasetInfo
 from .ogbn import ogb_safe_load
+from .splits import random_split, select_split
 
 
 @dataclass(frozen=True)
@@ -95,26 +97,6 @@ def _case_insensitive(root: str, name: str) -> str:
     return name
 
 
-def _select(mask: torch.Tensor, split: int, name: str) -> torch.Tensor:
-    if mask.dim() == 1:
-        return mask
-    if split >= mask.shape[1]:
-        raise WavygraphDataError(f"{name} has {mask.shape[1]} splits (0..{mask.shape[1] - 1}); got data.split={split}")
-    return mask[:, split]
-
-
-def random_split_masks(y: torch.Tensor, seed: int, train: float = 0.6, val: float = 0.2):
-    """Random ``train / val / rest`` node masks, the same for the same seed."""
-    n = y.shape[0]
-    perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
-    n_train, n_val = int(round(train * n)), int(round(val * n))
-    masks = [torch.zeros(n, dtype=torch.bool) for _ in range(3)]
-    masks[0][perm[:n_train]] = True
-    masks[1][perm[n_train : n_train + n_val]] = True
-    masks[2][perm[n_train + n_val :]] = True
-    return masks
-
-
 def _fetching_class(cls_name: str, name: str, root: str, tmp: str):
     import torch_geometric.datasets as datasets
 
@@ -144,7 +126,8 @@ def fetch_pyg(name: str, source: PyGSource, root: str, kwargs: dict) -> None:
         except WavygraphDataError:
             raise
         except Exception as exc:
-            raise WavygraphDataError(f"{name}: PyG could not process the download ({first_line(exc)})") from exc
+            why = one_line(exc, with_type=True)
+            raise WavygraphDataError(f"{name}: PyG could not process the download ({why})") from exc
         for entry in os.listdir(tmp):
             move_into_place(os.path.join(tmp, entry), os.path.join(root, entry))
 
@@ -159,7 +142,7 @@ def _read_offline(name: str, source: PyGSource, root: str, kwargs: dict):
         except WavygraphDataError:
             raise
         except Exception as exc:
-            raise WavygraphDataError(f"{name}: PyG could not read {ds_root} ({first_line(exc)})") from exc
+            raise WavygraphDataError(f"{name}: PyG could not read {ds_root} ({one_line(exc, with_type=True)})") from exc
 
 
 def load_pyg(name: str, source: PyGSource, root: str, split: int = 0, download: bool = True) -> tuple[Data, DatasetInfo]:
@@ -185,15 +168,16 @@ def load_pyg(name: str, source: PyGSource, root: str, split: int = 0, download: 
     y = g.y.view(-1).long()
     data = Data(x=g.x.float(), edge_index=g.edge_index, y=y, num_nodes=g.num_nodes)
     if getattr(g, "train_mask", None) is None:
-        data.train_mask, data.val_mask, data.test_mask = random_split_masks(y, split)
+        data.train_mask, data.val_mask, data.test_mask = random_split(y, split)
         num_splits = None
     else:
         num_splits = g.train_mask.shape[1] if g.train_mask.dim() == 2 else 1
         if num_splits == 1 and split != 0:
             raise WavygraphDataError(f"{name} has one split; data.split must be 0, got {split}")
-        data.train_mask = _select(g.train_mask, split, name)
-        data.val_mask = _select(g.val_mask, split, name)
-        data.test_mask = _select(g.test_mask, split, name)
+        data.train_mask, data.val_mask, data.test_mask = select_split(
+            [g.train_mask, g.val_mask, g.test_mask], split,
+            lambda count: WavygraphDataError(f"{name} has {count} splits (0..{count - 1}); got data.split={split}"),
+        )
     num_classes = int(y.max()) + 1
     info = DatasetInfo(
         name, "multiclass", source.metric, data.x.shape[1], num_classes, num_splits=num_splits or 0

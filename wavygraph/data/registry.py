@@ -8,6 +8,8 @@ from typing import Callable
 import torch
 from torch_geometric.data import Data
 
+from wavygraph.checks import check_positive_int
+
 from .csbm import load_csbm
 from .errors import UnknownDatasetError, WavygraphDataError
 from .files import load_file_graph
@@ -95,8 +97,7 @@ def load_dataset(
     key = ALIASES.get(name.lower(), name.lower())
     if key not in DATASETS:
         raise UnknownDatasetError(f"unknown data set {name!r}; choose one of {', '.join(DATASETS)}")
-    if not isinstance(split, int) or isinstance(split, bool) or split < 0:
-        raise WavygraphDataError(f"split must be a non-negative integer, got {split!r}")
+    check_positive_int("split", split, WavygraphDataError, allow_zero=True)
     if split_mode not in SPLIT_MODES:
         raise WavygraphDataError(f"unknown split_mode {split_mode!r}; choose one of {', '.join(SPLIT_MODES)}")
     spec = DATASETS[key]

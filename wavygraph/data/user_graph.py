@@ -7,7 +7,7 @@ made symmetric (every graph is undirected), self loops dropped (the model's
 GCN branch adds its own) and duplicates merged, sorted by source then target.
 Masks given are taken as they are (a ``(N, S)`` mask holds ``S`` splits,
 column ``split`` is chosen); without masks a stratified split is drawn from
-the seed ``split`` (:func:`~wavygraph.data.stratified.stratified_split`).
+the seed ``split`` (:func:`~wavygraph.data.splits.stratified_split`).
 Every problem raises :class:`~wavygraph.data.errors.InvalidDataError` with a
 one-line message that starts with the graph's name.
 """
@@ -20,9 +20,12 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_undirected
 
+from wavygraph.checks import out_of_range
+
 from .errors import InvalidDataError
 from .info import DatasetInfo
-from .stratified import stratified_split
+from .splits import select_split, stratified_split
+from .validate import check_node_range
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 
@@ -64,8 +67,9 @@ def _labels(y, n: int, name: str) -> Tensor:
     if y.dtype.is_floating_point:
         if not bool(torch.isfinite(y).all()) or not bool((y == y.round()).all()):
             raise InvalidDataError(f"{name}: class labels must be integers 0..C-1, got non-integer values")
-    if y.numel() and int(y.min()) < 0:
-        raise InvalidDataError(f"{name}: class labels must be integers 0..C-1, got {int(y.min())}")
+    negative = out_of_range(y)
+    if negative is not None:
+        raise InvalidDataError(f"{name}: class labels must be integers 0..C-1, got {negative[0]}")
     return y.long()
 
 
@@ -73,9 +77,7 @@ def _edges(edge_index, n: int, name: str) -> Tensor:
     ei = torch.as_tensor(edge_index if edge_index is not None else torch.empty(2, 0), dtype=torch.long)
     if ei.dim() != 2 or ei.shape[0] != 2:
         raise InvalidDataError(f"{name}: edge_index must have shape (2, E), got {tuple(ei.shape)}")
-    if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= n):
-        bad = int(ei.min()) if int(ei.min()) < 0 else int(ei.max())
-        raise InvalidDataError(f"{name}: edge_index holds node {bad}, outside [0, {n}) for {n} nodes")
+    check_node_range(ei, n, f"{name}: edge_index")
     ei, _ = remove_self_loops(ei)
     return to_undirected(ei, num_nodes=n)
 
@@ -91,9 +93,13 @@ def _given_masks(masks: Sequence[Optional[Tensor]], n: int, split: int, name: st
         shapes = ", ".join(str(tuple(m.shape)) for m in masks)
         raise InvalidDataError(f"{name}: the masks must have one entry per node ({n}), got {shapes}")
     count = masks[0].shape[1] if masks[0].dim() == 2 else 1
+
+    def too_few(count: int) -> InvalidDataError:
+        return InvalidDataError(f"{name}: the masks hold {count} split(s) (0..{count - 1}); got data.split={split}")
+
     if split >= count or any((m.shape[1] if m.dim() == 2 else 1) != count for m in masks):
-        raise InvalidDataError(f"{name}: the masks hold {count} split(s) (0..{count - 1}); got data.split={split}")
-    return [(m[:, split] if m.dim() == 2 else m).bool() for m in masks], count
+        raise too_few(count)  # every mask holds the same splits, an (N,) mask one
+    return [m.bool() for m in select_split(masks, split, too_few)], count
 
 
 def graph_data(

@@ -10,15 +10,23 @@ import torch
 from torch import Tensor
 from torch_geometric.data import Data
 
+from wavygraph.checks import is_int, out_of_range
+
 from .errors import InvalidDataError
 from .info import DatasetInfo
 
 
-def _is_int(t: Tensor) -> bool:
-    return not (t.dtype.is_floating_point or t.is_complex() or t.dtype == torch.bool)
+def check_node_range(edge_index: Tensor, n: int, field: str) -> None:
+    """Every entry of the integer ``edge_index`` must be a node of ``[0, n)``;
+    ``field`` (``"<name>: data.edge_index"``) starts the message."""
+    outside = out_of_range(edge_index, n)
+    if outside is not None:
+        bad = outside[0] if outside[0] < 0 else outside[1]
+        raise InvalidDataError(f"{field} holds node {bad}, outside [0, {n}) for {n} nodes")
 
 
-def _masks(data: Data, name: str, n: int) -> list[Tensor]:
+def _checked_masks(data: Data, name: str, n: int) -> list[Tensor]:
+    """``data``'s train, validation and test masks, each a boolean ``(n,)`` tensor."""
     masks = []
     for key in ("train_mask", "val_mask", "test_mask"):
         m = getattr(data, key, None)
@@ -51,14 +59,10 @@ def check_data(data: Data, info: DatasetInfo) -> None:
     if not isinstance(ei, Tensor) or ei.dim() != 2 or ei.shape[0] != 2:
         shape = tuple(ei.shape) if isinstance(ei, Tensor) else type(ei).__name__
         raise InvalidDataError(f"{name}: data.edge_index must have shape (2, E), got {shape}")
-    if not _is_int(ei):
+    if not is_int(ei):
         raise InvalidDataError(f"{name}: data.edge_index must hold integer node indices, got dtype {ei.dtype}")
-    if ei.numel():
-        lo, hi = int(ei.min()), int(ei.max())
-        if lo < 0 or hi >= n:
-            bad = lo if lo < 0 else hi
-            raise InvalidDataError(f"{name}: data.edge_index holds node {bad}, outside [0, {n}) for {n} nodes")
-    masks = _masks(data, name, n)
+    check_node_range(ei, n, f"{name}: data.edge_index")
+    masks = _checked_masks(data, name, n)
     y = getattr(data, "y", None)
     if not isinstance(y, Tensor) or y.shape[:1] != (n,):
         shape = tuple(y.shape) if isinstance(y, Tensor) else type(y).__name__
@@ -70,13 +74,13 @@ def check_data(data: Data, info: DatasetInfo) -> None:
                 f"{name}: multi-class labels must have shape ({n},), got {tuple(y.shape)}; "
                 "multi-label targets need task='multilabel' (BCE loss)"
             )
-        if not _is_int(y):
+        if not is_int(y):
             raise InvalidDataError(f"{name}: multi-class labels must be integers, got dtype {y.dtype}")
-        yu = y.view(-1)[used]
-        if yu.numel() and (int(yu.min()) < 0 or int(yu.max()) >= info.num_outputs):
+        outside = out_of_range(y.view(-1)[used], info.num_outputs)
+        if outside is not None:
             raise InvalidDataError(
                 f"{name}: labels must lie in [0, {info.num_outputs}) on the split's nodes, "
-                f"got {int(yu.min())}..{int(yu.max())}"
+                f"got {outside[0]}..{outside[1]}"
             )
     else:
         if y.dim() != 2 or y.shape[1] != info.num_outputs:

@@ -1,13 +1,15 @@
 """PyG-style modules: all-pair attention, residual steppers, joint
 (state, velocity) LayerNorm and FFN, and the WavyDIFFormer model."""
-from . import functional, fused
+from . import functional
 from .conv import DIFFormerConv
 from .graph import gcn_adjacency
-from .joint import JointFFN, JointLayerNorm
+from .joint_ffn import JointFFN
+from .joint_norm import JointLayerNorm
 from .model import WavyDIFFormer
 from .steppers import (
     STEPPERS,
     DiffusionStepper,
+    JointLightWaveStepper,
     LearnableLamStepper,
     LightWaveStepper,
     MixStepper,
@@ -18,11 +20,9 @@ from .steppers import (
     register_stepper,
     unregister_stepper,
 )
-from .joint_light_wave import JointLightWaveStepper
 
 __all__ = [
     "functional",
-    "fused",
     "DIFFormerConv",
     "gcn_adjacency",
     "JointFFN",

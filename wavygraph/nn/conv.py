@@ -1,19 +1,15 @@
 """DIFFormer's attention layer: all-pair attention plus a local GCN branch."""
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from wavygraph.checks import check_positive_int
+
 from .folded import folded_simple_attention
 from .functional import all_pair_attention, resolve_qk_norm
-from .graph import gcn_adjacency, propagate
+from .graph import as_adjacency, propagate
 from .validate import check_inputs
-
-
-def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 class DIFFormerConv(nn.Module):
@@ -87,10 +83,10 @@ class DIFFormerConv(nn.Module):
     ):
         super().__init__()
         self.qk_norm = resolve_qk_norm(kernel, qk_norm)
-        _check_positive_int("channels", channels)
-        _check_positive_int("heads", heads)
+        check_positive_int("channels", channels)
+        check_positive_int("heads", heads)
         if head_channels is not None:
-            _check_positive_int("head_channels", head_channels)
+            check_positive_int("head_channels", head_channels)
         if graph_weight is not None and not 0.0 <= float(graph_weight) <= 1.0:
             raise ValueError(f"graph_weight must lie in [0, 1] or be None, got {graph_weight!r}")
         self.channels = channels
@@ -137,7 +133,7 @@ class DIFFormerConv(nn.Module):
         if not self.use_graph:
             out = self._global(x, batch, n)
         else:
-            local = propagate(self._adjacency(edge_index, n, x.dtype), self._mean_value(x))  # (N, Dv)
+            local = propagate(as_adjacency(edge_index, n, x.dtype), self._mean_value(x))  # (N, Dv)
             if w is None:
                 out = self._global(x, batch, n) + local
             elif w == 1.0:  # the global branch has weight 0: not computed
@@ -153,10 +149,6 @@ class DIFFormerConv(nn.Module):
             return folded_simple_attention(x, self.qkv.weight, self.qkv.bias, self.heads, batch, self.value_proj)
         q, k, v = self.project(x)
         return all_pair_attention(q, k, v, batch, self.kernel, self.qk_norm).mean(1)  # (N, Dv)
-
-    @staticmethod
-    def _adjacency(edge_index: Tensor, n: int, dtype: torch.dtype) -> Tensor:
-        return edge_index if edge_index.layout != torch.strided else gcn_adjacency(edge_index, n, dtype)
 
     def __repr__(self) -> str:
         return (

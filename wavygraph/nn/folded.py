@@ -24,7 +24,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .segments import Buckets
+from .buckets import Buckets
 
 #: Rows per block of the output product on CPU, so each block is divided
 #: while it is in cache; on accelerators a whole bucket is one block.

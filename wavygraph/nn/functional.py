@@ -19,7 +19,7 @@ implementation each (:func:`all_pair_attention`):
   per row, :math:`O(N^2)` time, in row blocks whose working memory stays
   under ``max_block_bytes`` (recomputed in backward).
 
-Batches of graphs run on the bucket layout of :mod:`wavygraph.nn.segments`.
+Batches of graphs run on the bucket layout of :mod:`wavygraph.nn.buckets`.
 :class:`~wavygraph.nn.DIFFormerConv` computes the ``simple`` kernel with the
 global q/k norm through the folded fast path
 :func:`~wavygraph.nn.folded.folded_simple_attention` (the q/k/v projection
@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from .segments import Buckets
+from .buckets import Buckets
 from .validate import check_batch, check_choice
 
 KERNELS = ("simple", "sigmoid")
@@ -47,7 +47,7 @@ QK_NORMS = ("global", "row", "none")
 DEFAULT_QK_NORM = {"simple": "global", "sigmoid": "none"}
 
 #: Bucket sizes per doubling of the graph size for the ``sigmoid`` kernel
-#: (at most 1/32 padding rows, about 6 % more work; see :mod:`~wavygraph.nn.segments`).
+#: (at most 1/32 padding rows, about 6 % more work; see :mod:`~wavygraph.nn.buckets`).
 SIGMOID_BUCKETS_PER_OCTAVE = 32
 
 #: Working-memory budget of one row block of the ``sigmoid`` kernel.

@@ -36,6 +36,19 @@ def gcn_adjacency(edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch
         return to_torch_csr_tensor(ei.flip(0), w, size=(num_nodes, num_nodes))
 
 
+def as_adjacency(edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    r"""The propagation matrix of the graph that a layer or model was given:
+    a sparse ``(N, N)`` matrix (built once by :func:`gcn_adjacency`) as it
+    is, an ``edge_index`` built into :func:`gcn_adjacency`'s matrix with
+    ``num_nodes`` and ``dtype``.
+
+    Shapes:
+        - **input:** edge_index ``(2, E)`` or sparse ``(N, N)``
+        - **output:** sparse ``(N, N)``
+    """
+    return edge_index if edge_index.layout != torch.strided else gcn_adjacency(edge_index, num_nodes, dtype)
+
+
 def propagate(adj: Tensor, x: Tensor) -> Tensor:
     """``adj @ x`` for a sparse ``adj`` and dense ``x`` of shape ``(N, ...)``,
     returned in ``x``'s dtype.

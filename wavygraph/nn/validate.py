@@ -34,6 +34,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from wavygraph.checks import is_int, out_of_range
+
 #: Refuse NaN/Inf node features (see the module docstring).
 CHECK_FINITE = True
 
@@ -44,10 +46,6 @@ class InputError(ValueError):
 
 def _shape(t) -> str:
     return str(tuple(t.shape)) if isinstance(t, Tensor) else type(t).__name__
-
-
-def _is_int(t: Tensor) -> bool:
-    return not (t.dtype.is_floating_point or t.is_complex() or t.dtype == torch.bool)
 
 
 def check_choice(name: str, value, choices) -> None:
@@ -86,16 +84,16 @@ def check_edge_index(edge_index, num_nodes: int, name: str = "edge_index") -> No
         return
     if edge_index.dim() != 2 or edge_index.shape[0] != 2:
         raise InputError(f"{name} must have shape (2, E), got {tuple(edge_index.shape)}; transpose an (E, 2) list with .t()")
-    if not _is_int(edge_index):
+    if not is_int(edge_index):
         raise InputError(f"{name} must hold integer node indices, got dtype {edge_index.dtype}; use {name}.long()")
-    if edge_index.numel():
-        lo, hi = int(edge_index.min()), int(edge_index.max())
+    outside = out_of_range(edge_index, num_nodes)
+    if outside is not None:
+        lo, hi = outside
         if lo < 0:
             raise InputError(f"{name} holds a negative node index ({lo}); node indices run from 0 to N-1")
-        if hi >= num_nodes:
-            raise InputError(
-                f"{name} refers to node {hi} but x has only {num_nodes} nodes; indices must lie in [0, {num_nodes})"
-            )
+        raise InputError(
+            f"{name} refers to node {hi} but x has only {num_nodes} nodes; indices must lie in [0, {num_nodes})"
+        )
 
 
 def check_batch(batch, num_nodes: int, name: str = "batch") -> None:
@@ -105,10 +103,11 @@ def check_batch(batch, num_nodes: int, name: str = "batch") -> None:
         return
     if not isinstance(batch, Tensor) or batch.dim() != 1 or batch.shape[0] != num_nodes:
         raise InputError(f"{name} must have shape ({num_nodes},), one graph index per node of x, got {_shape(batch)}")
-    if not _is_int(batch):
+    if not is_int(batch):
         raise InputError(f"{name} must hold integer graph indices, got dtype {batch.dtype}; use {name}.long()")
-    if batch.numel() and int(batch.min()) < 0:
-        raise InputError(f"{name} holds a negative graph index ({int(batch.min())}); graph indices start at 0")
+    negative = out_of_range(batch)
+    if negative is not None:
+        raise InputError(f"{name} holds a negative graph index ({negative[0]}); graph indices start at 0")
 
 
 def check_inputs(x, channels: int, edge_index=None, batch=None, need_edges: bool = False, finite: bool = True) -> int:

@@ -36,7 +36,7 @@ from .cli import add_parser, command, main
 from .runner import run_sweep
 from .spec import (
     SWEEP_KEYS, UNHASHED_AT, UNHASHED_KEYS, Cell, Sweep, SweepError, cell_hash, expand, format_override,
-    load_sweep, parse_shard, shard,
+    load_sweep, parse_shard, shard_cells,
 )
 from .store import (
     CELL_FILE, DEFAULT_RUNNER, RUNNER_ENV, cell_dir, clean_stale, is_done, resolve_runner, run_cell,
@@ -45,7 +45,7 @@ from .store import (
 
 __all__ = [
     "Sweep", "Cell", "SweepError", "SWEEP_KEYS", "UNHASHED_KEYS", "UNHASHED_AT", "format_override", "load_sweep",
-    "cell_hash", "expand", "parse_shard", "shard", "CELL_FILE", "DEFAULT_RUNNER", "RUNNER_ENV", "cell_dir",
+    "cell_hash", "expand", "parse_shard", "shard_cells", "CELL_FILE", "DEFAULT_RUNNER", "RUNNER_ENV", "cell_dir",
     "is_done", "clean_stale", "resolve_runner", "run_cell", "write_manifest", "run_sweep", "add_parser",
     "command", "main",
 ]

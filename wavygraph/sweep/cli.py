@@ -11,7 +11,7 @@ from typing import Sequence
 from wavygraph.utils import ignore_import_warnings
 
 from .runner import run_sweep
-from .spec import expand, load_sweep, parse_shard, shard
+from .spec import expand, load_sweep, parse_shard, shard_cells
 from .store import is_done
 
 
@@ -65,7 +65,7 @@ def command(args: argparse.Namespace) -> int:
     devices = args.devices.split(",") if args.devices else None
     if args.dry_run:
         cells = expand(sweep)
-        mine = shard(cells, index, count)
+        mine = shard_cells(cells, index, count)
         for c in mine:
             state = "done" if is_done(sweep.out_dir, c.hash) else "todo"
             print(c.hash, state, " ".join(f"{k}={v}" for k, v in c.params.items()))

@@ -8,7 +8,7 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Sequence
 
-from .spec import Cell, Sweep, SweepError, expand, shard
+from .spec import Cell, Sweep, SweepError, expand, shard_cells
 from .store import clean_stale, is_done, run_cell, write_manifest
 
 _WORKER_DEVICE: str | None = None
@@ -120,7 +120,7 @@ def run_sweep(
     start = time.time()
     out_dir = os.path.abspath(sweep.out_dir)
     cells = expand(sweep)
-    mine = shard(cells, shard_index, shard_count)
+    mine = shard_cells(cells, shard_index, shard_count)
     write_manifest(sweep, cells, out_dir)
     clean_stale(out_dir, [c.hash for c in mine])
     todo = [c for c in mine if not is_done(out_dir, c.hash)]

@@ -1,7 +1,8 @@
 """Sweep files and grid expansion: :func:`load_sweep` reads a sweep file and
 the command-line overrides, :func:`expand` turns it into :class:`Cell` s
 (one resolved train config each, named by :func:`cell_hash`), and
-:func:`shard` splits the cells into disjoint parts."""
+:func:`shard_cells` gives the cells of one shard (``--shard I/N``, read by
+:func:`parse_shard`): the grid splits into disjoint shards."""
 from __future__ import annotations
 
 import itertools
@@ -205,7 +206,8 @@ def expand(sweep: Sweep) -> list[Cell]:
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:
-    """``"i/n"`` -> ``(i, n)`` with ``0 <= i < n``; ``None`` -> ``(0, 1)``."""
+    """``--shard "i/n"`` -> ``(i, n)``, shard ``i`` of ``n`` with
+    ``0 <= i < n``; ``None`` -> ``(0, 1)``."""
     if text is None:
         return 0, 1
     try:
@@ -217,8 +219,9 @@ def parse_shard(text: str | None) -> tuple[int, int]:
     return i, n
 
 
-def shard(cells: Sequence[Cell], index: int, count: int) -> list[Cell]:
-    """The ``index``-th of ``count`` disjoint parts: every ``count``-th cell in
-    hash order, so the parts are the same in every process."""
+def shard_cells(cells: Sequence[Cell], index: int, count: int) -> list[Cell]:
+    """The cells of shard ``index`` of ``count`` disjoint shards: every
+    ``count``-th cell in hash order, so the shards are the same in every
+    process."""
     ordered = sorted(cells, key=lambda c: c.hash)
     return ordered[index::count]

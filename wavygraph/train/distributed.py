@@ -17,8 +17,12 @@ from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
+from torch_geometric.data import Data
 
 from wavygraph.config import ConfigError
+from wavygraph.data import induced_subgraph
+
+from .evaluation import graph_input
 
 TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
@@ -61,14 +65,49 @@ def setup(train_cfg, device: torch.device) -> tuple[DistContext, torch.device]:
     return DistContext(dist.get_rank(), dist.get_world_size(), local_rank, True), device
 
 
-def shard(parts: list, ctx: DistContext) -> list:
-    """This rank's share of one epoch's chunks (padded so that every rank
-    takes the same number of optimiser steps)."""
+def chunks_of_rank(chunks: list, ctx: DistContext) -> list:
+    """This rank's share of one epoch's node chunks (padded so that every
+    rank takes the same number of optimiser steps)."""
     if not ctx.enabled or ctx.world_size == 1:
-        return parts
-    extra = (-len(parts)) % ctx.world_size
-    padded = parts + [parts[i % len(parts)] for i in range(extra)]
+        return chunks
+    extra = (-len(chunks)) % ctx.world_size
+    padded = chunks + [chunks[i % len(chunks)] for i in range(extra)]
     return padded[ctx.rank :: ctx.world_size]
+
+
+def has_unused_parameters(model: torch.nn.Module, data: Data, device: torch.device) -> bool:
+    """True when a forward/backward in eval mode (no dropout, no RNG drawn)
+    on a small piece of the graph leaves some parameter without a gradient:
+    then DDP needs ``find_unused_parameters``."""
+    nodes = torch.arange(min(data.num_nodes, 64))
+    part = induced_subgraph(data, nodes)
+    x, adj = graph_input(part, device)
+    was_training = model.training
+    model.eval()
+    model.zero_grad(set_to_none=True)
+    model(x, adj).float().sum().backward()
+    unused = any(p.requires_grad and p.grad is None for p in model.parameters())
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+    return unused
+
+
+def wrap_model(model: torch.nn.Module, data: Data, device: torch.device, ctx: DistContext,
+               seed: int) -> torch.nn.Module:
+    """``model`` itself, or, when distributed, ``model`` in
+    :class:`~torch.nn.parallel.DistributedDataParallel` (probed with
+    :func:`has_unused_parameters`); ranks > 0 then reseed torch with
+    ``seed + 7919 * rank`` for distinct dropout masks, rank 0 keeps the
+    single-process stream."""
+    if not ctx.enabled:
+        return model
+    unused = has_unused_parameters(model, data, device)
+    wrapped = torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=unused
+    )
+    if ctx.rank > 0:
+        torch.manual_seed(seed + 7919 * ctx.rank)
+    return wrapped
 
 
 def broadcast_flag(flag: bool, ctx: DistContext, device: torch.device) -> bool:

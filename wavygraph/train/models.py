@@ -35,15 +35,8 @@ from torch_geometric.nn.models import GCN, MLP, SGFormer
 
 from wavygraph.config import ConfigError, wavy_model_keys
 from wavygraph.data import DatasetInfo
-from wavygraph.nn import WavyDIFFormer, gcn_adjacency
-from wavygraph.nn.graph import propagate
-
-
-def _as_adjacency(x: Tensor, adj: Tensor) -> Tensor:
-    """The propagation matrix: ``adj`` itself, or built from an ``edge_index``."""
-    if adj.layout == torch.strided:
-        return gcn_adjacency(adj, x.shape[0], x.dtype)
-    return adj
+from wavygraph.nn import WavyDIFFormer
+from wavygraph.nn.graph import as_adjacency, propagate
 
 
 def _as_edge_index(adj: Tensor) -> Tensor:
@@ -79,7 +72,7 @@ class GCNII(torch.nn.Module):
         self.conv_weight_decay: float | None = None
 
     def forward(self, x: Tensor, adj: Tensor) -> Tensor:
-        adj = _as_adjacency(x, adj)
+        adj = as_adjacency(adj, x.shape[0], x.dtype)
         x = F.dropout(x, self.dropout, self.training)
         x = x0 = self.lins[0](x).relu()
         for conv in self.convs:
@@ -118,7 +111,7 @@ class AdjGCN(torch.nn.Module):
                               normalize=False)
 
     def forward(self, x: Tensor, adj: Tensor) -> Tensor:
-        return self.net(x, _as_adjacency(x, adj))
+        return self.net(x, as_adjacency(adj, x.shape[0], x.dtype))
 
 
 class GraphFreeMLP(torch.nn.Module):

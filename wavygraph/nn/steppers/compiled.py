@@ -1,30 +1,32 @@
-r"""The residual step and the joint LayerNorm after it, compiled into a few
-fused kernels.
+r"""The residual step and the joint LayerNorm after it, compiled together by
+``torch.compile`` (``step_impl="compile"``).
 
 Every layer of :class:`~wavygraph.nn.WavyDIFFormer` ends with
 ``norm(*stepper(state, force))``: a handful of element-wise ops and a
 row-wise normalisation over ``(N, C)`` arrays. Eager PyTorch runs each op as
 its own pass through memory, forward and backward. ``torch.compile``
-(Inductor: C++/OpenMP on CPU, Triton on GPU) fuses the step and the norm into
-a couple of kernels each way. :meth:`wavygraph.nn.Stepper.step_and_norm`
-calls into this module when ``impl="compile"`` (opt-in: see
-``docs/benchmarks.md`` for what it gains and costs), so every kind, also
-one registered from outside the package, is compiled from its own pure
-:meth:`~wavygraph.nn.Stepper.update`.
+(Inductor: C++/OpenMP on CPU, Triton on GPU) generates a couple of kernels
+each way for the step and the norm together.
+:meth:`wavygraph.nn.Stepper.step_and_norm` calls into this module when
+``impl="compile"`` (opt-in: see ``docs/benchmarks.md`` for what it gains and
+costs), so every kind, also one registered from outside the package, is
+compiled from its own pure :meth:`~wavygraph.nn.Stepper.update`. (The
+hand-written autograd functions of ``light_wave`` and ``light_wave_joint``
+are the eager fast path, beside their kinds.)
 
 A failing compile (no C++ compiler, an unsupported platform) raises
 :class:`StepCompileError`, which names the way out (``step_impl="eager"``).
 Under autocast and for mixed dtypes the eager ops run; inside an outer
 ``torch.compile`` of the model the plain ops are traced (the outer compile
-fuses them itself). Compiled and eager results agree to float rounding
-(tested).
+generates the kernels itself). Compiled and eager results agree to float
+rounding (tested).
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 
-from .joint import JointLayerNorm, joint_layer_norm, needs_plain_ops
+from ..joint_norm import JointLayerNorm, joint_layer_norm, needs_plain_ops
 
 STEP_IMPLS = ("eager", "compile")
 
@@ -78,7 +80,7 @@ def step_and_norm(stepper, norm: JointLayerNorm, state, force: Tensor) -> tuple[
     x, v = state
     joint = stepper.second_order and stepper.v_is_derivative
     args = (x, v, force, stepper.lam_or_none(force.dtype), norm.weight, norm.bias, stepper.tau, norm.eps)
-    if is_compiling():  # an outer torch.compile traces the plain ops and fuses them itself
+    if is_compiling():  # an outer torch.compile traces the plain ops and compiles them itself
         return _step_and_norm(type(stepper).update, joint, *args)
     try:
         return _compiled_for(type(stepper), joint)(*args)

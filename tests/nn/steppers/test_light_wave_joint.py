@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from wavygraph.nn import JointLayerNorm, JointLightWaveStepper, StepState
-from wavygraph.nn.joint_light_wave import _LightWaveJointLayerNormFn
+from wavygraph.nn.steppers.light_wave_joint import _LightWaveJointLayerNormFn
 
 
 def _light_wave_inputs(n=13, c=6):

@@ -1,11 +1,11 @@
-"""Every kind's step + norm, eager and compiled (wavygraph.nn.fused), against
-a literal transcription of its formula written here."""
+"""Every kind's step + norm, eager and compiled (wavygraph.nn.steppers.compiled),
+against a literal transcription of its formula written here."""
 import pytest
 import torch
 
-from wavygraph.nn import WavyDIFFormer, fused
-from wavygraph.nn.joint import JointLayerNorm
-from wavygraph.nn.steppers import StepState, make_stepper
+from wavygraph.nn import WavyDIFFormer
+from wavygraph.nn.joint_norm import JointLayerNorm
+from wavygraph.nn.steppers import StepState, compiled, make_stepper
 
 
 def _layer_norm(x, w, b, eps):
@@ -99,13 +99,13 @@ def test_step_and_norm_equals_the_literal_formula(residual_kind, impl):
 
 def _count_compiles(monkeypatch):
     calls = []
-    real = fused._compiled_for
+    real = compiled._compiled_for
 
     def spy(kind, joint):
         calls.append(kind)
         return real(kind, joint)
 
-    monkeypatch.setattr(fused, "_compiled_for", spy)
+    monkeypatch.setattr(compiled, "_compiled_for", spy)
     return calls
 
 
@@ -147,9 +147,9 @@ def test_failed_compile_names_the_way_out(monkeypatch, tmp_path, capsys):
 
         return fn
 
-    monkeypatch.setattr(fused, "_compiled_for", compiled_that_fails)
+    monkeypatch.setattr(compiled, "_compiled_for", compiled_that_fails)
     stepper, norm, x, v, f = _case("wave")
-    with pytest.raises(fused.StepCompileError, match="WaveStepper step failed .*No working C\\+\\+ compiler.*step_impl='eager'"):
+    with pytest.raises(compiled.StepCompileError, match="WaveStepper step failed .*No working C\\+\\+ compiler.*step_impl='eager'"):
         stepper.step_and_norm(StepState(x, v), f, norm, "compile")
     from wavygraph.cli import main
 

@@ -1,21 +1,27 @@
-"""The paper's Light Wave step as autograd functions with written-out
-backwards (used by :class:`~wavygraph.nn.steppers.LightWaveStepper`).
+r"""``light_wave``: the paper's Light Wave (Mix + Light), and its step (+ the
+LayerNorm after it) as autograd functions with written-out backwards.
 
-At arxiv size an epoch is bound by memory traffic and by fresh (N, C)
-buffers (each a new mapping the kernel must fault in), so these functions
-count both: the forward writes one buffer, as diffusion's step does, and
-the backward forms the gradients of ``x``, ``X_prev``, ``F`` and ``lam`` in
-one pass over blocks of rows, the gradient of ``x`` in the LayerNorm's
-gradient buffer. ``x + lam (x - X_prev)`` is one ``lerp``, so ``x == X_prev``
-(the first layer) adds exactly nothing; where ``X_prev`` *is* ``x`` (the
-same tensor, as ``LightWaveStepper.init`` gives the first layer) the
-functions compute diffusion's ``x + tau F`` and its gradients alone
-(``lam``'s gradient is then exactly zero, as the formula's)."""
+:meth:`LightWaveStepper.update` is the plain reference; :class:`LightWaveStep`
+and :class:`LightWaveLayerNorm` are the fast path that the module runs. At
+arxiv size an epoch is bound by memory traffic and by fresh (N, C) buffers
+(each a new mapping the kernel must fault in), so these functions count both:
+the forward writes one buffer, as diffusion's step does, and the backward
+forms the gradients of ``x``, ``X_prev``, ``F`` and ``lam`` in one pass over
+blocks of rows, the gradient of ``x`` in the LayerNorm's gradient buffer.
+``x + lam (x - X_prev)`` is one ``lerp``, so ``x == X_prev`` (the first
+layer) adds exactly nothing; where ``X_prev`` *is* ``x`` (the same tensor, as
+``LightWaveStepper.init`` gives the first layer) the functions compute
+diffusion's ``x + tau F`` and its gradients alone (``lam``'s gradient is then
+exactly zero, as the formula's)."""
 from __future__ import annotations
 
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from ..joint_norm import JointLayerNorm, needs_plain_ops
+from . import compiled
+from .base import LearnableLamStepper, Norm, StepState
 
 #: elements per block of rows in the backward (1 MiB of float32): the
 #: temporaries stay in cache and come from the heap, not from fresh mappings
@@ -112,3 +118,54 @@ class LightWaveLayerNorm(torch.autograd.Function):
             g, s, (s.shape[-1],), mean, rstd, weight, bias, [True, need[4], need[5]]
         )
         return (*_split_gradient(gs, x, v, lam, ctx.tau, need), gw, gb, None, None)
+
+
+class LightWaveStepper(LearnableLamStepper):
+    r"""Light Wave (Mix + Light) as the paper writes it: diffusion plus a
+    momentum term,
+
+    .. math::
+        X^{\ell+1} = \mathrm{LN}\big(X^\ell + \tau F^\ell
+            + \lambda (X^\ell - X^{\ell-1})\big), \qquad X^{-1} = X^0,
+
+    and nothing else: the extra state ``v`` is the previous layer's output
+    :math:`X^{\ell-1}` (``init`` sets it to :math:`X^0`), which no norm,
+    FFN or dropout touches. :math:`\lambda \to 0` is ``diffusion``;
+    :math:`\lambda = 1` is the leapfrog wave step
+    :math:`X' = 2X - X_{prev} + \tau F` (before the norm). ``lam0``
+    defaults to 0.5, the authors' initialisation of their mixing weight
+    (:math:`\sigma(0)`, BERT code); the paper states none for Light Wave.
+    Adds ``C`` parameters and a few element-wise ops per layer.
+
+    Shapes:
+        - **input:** state ``x, v (N, C)`` (``v`` the previous state), force ``(N, C)``
+        - **output:** state ``x, v (N, C)`` (``v`` the input ``x``)
+    """
+
+    second_order = True
+    v_is_derivative = False
+
+    def init(self, x: Tensor) -> StepState:
+        return StepState(x, x)
+
+    @staticmethod
+    def update(x, v, force, tau, lam):
+        return light_wave_update(x, v, force, tau, lam), x
+
+    def forward(self, state: StepState, force: Tensor) -> StepState:
+        x, v = state
+        lam = self.lam_or_none(force.dtype)
+        if needs_plain_ops(x, v, force, lam):
+            return StepState(*self.update(x, v, force, self.tau, lam))
+        return StepState(LightWaveStep.apply(x, v, force, lam, self.tau), x)
+
+    def step_and_norm(self, state: StepState, force: Tensor, norm: Norm, impl: str = "eager") -> StepState:
+        """Eager with a :class:`~wavygraph.nn.joint_norm.JointLayerNorm`: the
+        step and the norm in one autograd function (:class:`LightWaveLayerNorm`,
+        equal to the composition, tested); otherwise the step, then ``norm``."""
+        x, v = state
+        if (not isinstance(norm, JointLayerNorm) or impl != "eager" or compiled.is_compiling()
+                or needs_plain_ops(x, v, force, norm.weight)):
+            return super().step_and_norm(state, force, norm, impl)
+        lam = self.lam_or_none(force.dtype)
+        return StepState(LightWaveLayerNorm.apply(x, v, force, lam, norm.weight, norm.bias, self.tau, norm.eps), x)

@@ -9,9 +9,9 @@ import math
 import torch
 from torch import Tensor
 
-from . import fused
-from .joint import JointLayerNorm, _velocity_backward, needs_plain_ops
-from .steppers import LearnableLamStepper, Norm, StepState, register_stepper
+from ..joint_norm import JointLayerNorm, _velocity_backward, needs_plain_ops
+from . import compiled
+from .base import LearnableLamStepper, Norm, StepState
 
 
 class _LightWaveJointLayerNormFn(torch.autograd.Function):
@@ -54,7 +54,6 @@ class _LightWaveJointLayerNormFn(torch.autograd.Function):
         return ds, g_dprev, g_force, g_lam, dw, db, None, None
 
 
-
 class JointLightWaveStepper(LearnableLamStepper):
     r"""This package's own variant of Light Wave (not the paper's): the
     momentum is carried as the displacement :math:`D = X - X_{prev}`, and
@@ -83,7 +82,7 @@ class JointLightWaveStepper(LearnableLamStepper):
         return x + d, d
 
     def step_and_norm(self, state: StepState, force: Tensor, norm: Norm, impl: str = "eager") -> StepState:
-        if isinstance(norm, JointLayerNorm) and impl == "eager" and not fused.is_compiling():
+        if isinstance(norm, JointLayerNorm) and impl == "eager" and not compiled.is_compiling():
             return StepState(*self._fused(state, force, norm))
         return super().step_and_norm(state, force, norm, impl)
 
@@ -96,6 +95,3 @@ class JointLightWaveStepper(LearnableLamStepper):
             return norm(*self(state, force))
         return _LightWaveJointLayerNormFn.apply(x, d_prev, force, self.lam_or_none(force.dtype), norm.weight,
                                                 norm.bias, self.tau, norm.eps)
-
-
-register_stepper("light_wave_joint", JointLightWaveStepper)
