@@ -13,7 +13,9 @@ the archive (``master.csv``'s URL) into a staging folder, OGB processes it
 there, and the finished folder is moved into place (see
 :mod:`wavygraph.data.download`). With ``download=False``, or when the
 download fails, a one-line :class:`DatasetNotFoundError` names the URL, the
-archive and the folder to unzip it into.
+archive and the folder to unzip it into. Checking, fetching, processing
+and reading hold the lock of the data set's folder (:mod:`wavygraph.data.lock`),
+so concurrent runs on one root wait for the first instead of racing it.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from wavygraph.utils import one_line
 from .download import answer_ogb_prompts, move_into_place, network_error, staging_folder
 from .errors import DatasetNotFoundError, WavygraphDataError
 from .info import DatasetInfo
+from .lock import dataset_lock
 from .ogb_format import ogb_meta
 
 
@@ -148,6 +151,13 @@ def fetch_ogb(name: str, root: str, log=print) -> str:
 
 
 def _load_ogb(name: str, root: str, download: bool = True):
+    """OGB's dataset and split, checked, fetched and processed under the lock
+    of ``<root>/ogbn_*`` (concurrent processes wait for the first)."""
+    with dataset_lock(os.path.join(root, "_".join(name.split("-")))):
+        return _load_ogb_locked(name, root, download)
+
+
+def _load_ogb_locked(name: str, root: str, download: bool):
     from ogb.nodeproppred import PygNodePropPredDataset
 
     class _Offline(PygNodePropPredDataset):

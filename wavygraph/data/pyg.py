@@ -7,7 +7,8 @@ reaches the network and raises :class:`DatasetNotFoundError` naming the
 missing files and the folder (the folders the attempt created are removed
 again). With ``download=True`` the plain PyG class then fetches and processes
 the files in a staging folder, and the finished folder is moved under
-``root`` (see :mod:`wavygraph.data.download`).
+``root`` (see :mod:`wavygraph.data.download`). Reading, processing and
+fetching hold the data set's lock (:mod:`wavygraph.data.lock`).
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from wavygraph.utils import one_line
 from .download import move_into_place, network_error, staging_folder
 from .errors import DatasetNotFoundError, WavygraphDataError
 from .info import DatasetInfo
+from .lock import dataset_lock
 from .ogbn import ogb_safe_load
 from .splits import random_split, select_split
 
@@ -145,6 +147,25 @@ def _read_offline(name: str, source: PyGSource, root: str, kwargs: dict):
             raise WavygraphDataError(f"{name}: PyG could not read {ds_root} ({one_line(exc, with_type=True)})") from exc
 
 
+def _prepare(name: str, source: PyGSource, root: str, download: bool):
+    """The PyG data set, read (processed first if need be, fetched first when
+    missing and ``download``) under the lock of its folder, so that concurrent
+    processes never see each other's half-written files."""
+    kwargs = dict(source.kwargs)
+    with dataset_lock(os.path.join(root, source.subdir or kwargs.get("name") or name)):
+        if "name" in kwargs and source.case_dir:
+            kwargs["name"] = _case_insensitive(root, kwargs["name"])
+        try:
+            return _read_offline(name, source, root, kwargs)
+        except DatasetNotFoundError as exc:
+            if not download:
+                raise DatasetNotFoundError(
+                    f"{exc} (data.download=false; set data.download=true to let PyG fetch it)"
+                ) from None
+            fetch_pyg(name, source, root, kwargs)
+            return _read_offline(name, source, root, kwargs)
+
+
 def load_pyg(name: str, source: PyGSource, root: str, split: int = 0, download: bool = True) -> tuple[Data, DatasetInfo]:
     """Load a PyG data set (fetched by PyG when missing and ``download``)
     and select ``split`` of its masks.
@@ -154,17 +175,7 @@ def load_pyg(name: str, source: PyGSource, root: str, split: int = 0, download: 
     with one (Planetoid: the public split) need ``split=0``; those with none
     (Amazon, Coauthor) get a random 60/20/20 split seeded by ``split``.
     """
-    kwargs = dict(source.kwargs)
-    if "name" in kwargs and source.case_dir:
-        kwargs["name"] = _case_insensitive(root, kwargs["name"])
-    try:
-        dataset = _read_offline(name, source, root, kwargs)
-    except DatasetNotFoundError as exc:
-        if not download:
-            raise DatasetNotFoundError(f"{exc} (data.download=false; set data.download=true to let PyG fetch it)") from None
-        fetch_pyg(name, source, root, kwargs)
-        dataset = _read_offline(name, source, root, kwargs)
-    g = dataset[0]
+    g = _prepare(name, source, root, download)[0]
     y = g.y.view(-1).long()
     data = Data(x=g.x.float(), edge_index=g.edge_index, y=y, num_nodes=g.num_nodes)
     if getattr(g, "train_mask", None) is None:
