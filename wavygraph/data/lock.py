@@ -12,10 +12,12 @@ the finished files.
 The lock is :class:`filelock.FileLock` on ``<root>/.<folder>.lock`` (``flock``
 on Unix, ``msvcrt`` locking on Windows): the operating system releases it when
 the holding process ends, killed or not, so a lock file left behind never
-blocks the next run. The file itself stays (deleting a lock file that others
-wait on would let two processes hold "the" lock at once). On a network file
-system the lock works where the file system supports ``flock`` (NFSv4, Lustre
-mounted with ``-o flock``).
+blocks the next run. After a successful preparation the file stays. After a
+failed one it is removed while still held, with the data root when the failed
+run created it, so that a failure leaves nothing behind; filelock discards a
+lock taken on a file removed in between and takes the new one instead. On a
+network file system the lock works where the file system supports ``flock``
+(NFSv4; Lustre mounted with ``-o flock``).
 """
 from __future__ import annotations
 
@@ -25,10 +27,25 @@ import sys
 import time
 from typing import Callable, Iterator
 
+import filelock
 from filelock import FileLock, Timeout
 
 #: Seconds between the "still waiting" lines while another process holds the lock.
 REPORT_EVERY = 30.0
+
+
+def _version(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split(".")[:3]:
+        digits = "".join(c for c in piece if c.isdigit())
+        parts.append(int(digits or 0))
+    return tuple(parts)
+
+
+#: Whether a held lock file may be removed: filelock re-takes a lock whose file was removed
+#: while it waited from 3.20.4 on (the Unix lock of those versions removes its own file on
+#: release and relies on that check); with an older filelock a failed run leaves the file.
+REMOVE_ON_FAILURE = _version(getattr(filelock, "__version__", "0")) >= (3, 20, 4)
 
 
 def lock_path(folder: str | os.PathLike) -> str:
@@ -44,6 +61,29 @@ def _log(message: str) -> None:
     tqdm.write(message, file=sys.stderr)  # above a running progress bar, not through it
 
 
+def _try(lock: FileLock, path: str, timeout: float) -> bool:
+    try:
+        lock.acquire(timeout=timeout)
+        return True
+    except Timeout:
+        return False
+    except FileNotFoundError:  # a failed holder removed the root it had created: make it again
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        return False
+
+
+def _acquire(lock: FileLock, path: str, folder: str, log: Callable[[str], None], report_every: float) -> None:
+    if _try(lock, path, 0):
+        return
+    log(f"wavygraph: waiting for {path} (another process is preparing or reading {folder})")
+    start = last = time.monotonic()
+    while not _try(lock, path, report_every):
+        if time.monotonic() - last >= report_every:
+            last = time.monotonic()
+            log(f"wavygraph: still waiting for {path} ({last - start:.0f} s; "
+                "the other process holds it until it has finished or ended)")
+
+
 @contextlib.contextmanager
 def dataset_lock(
     folder: str | os.PathLike, log: Callable[[str], None] | None = None, report_every: float = REPORT_EVERY
@@ -51,10 +91,12 @@ def dataset_lock(
     r"""Hold the lock of the data set folder ``folder`` inside the block.
 
     Returns immediately when no other process holds it. Otherwise prints one
-    line saying whose lock it waits for, then one line every ``report_every``
+    line saying which lock it waits for, then one line every ``report_every``
     seconds with the time waited so far, and enters the block once the other
     process has finished (or died). The parent of ``folder`` (the data root)
-    is created if missing; the folder itself is not.
+    is created if missing; the folder itself is not. When the block raises,
+    the lock file (and a data root created here, if empty) is removed before
+    the lock is released.
 
     Args:
         folder (str or os.PathLike): the data set's folder, e.g.
@@ -67,23 +109,21 @@ def dataset_lock(
     Yields:
         str: the path of the lock file.
     """
-    log = log or _log
     path = lock_path(folder)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
+    root = os.path.dirname(path)
+    created_root = not os.path.isdir(root)
+    os.makedirs(root, exist_ok=True)
     lock = FileLock(path)
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        log(f"wavygraph: waiting for {path} (another process is preparing or reading {os.fspath(folder)})")
-        start = time.monotonic()
-        while True:
-            try:
-                lock.acquire(timeout=report_every)
-                break
-            except Timeout:
-                log(f"wavygraph: still waiting for {path} ({time.monotonic() - start:.0f} s; "
-                    "the other process holds it until it has finished or ended)")
+    _acquire(lock, path, os.fspath(folder), log or _log, report_every)
     try:
         yield path
+    except BaseException:
+        if REMOVE_ON_FAILURE:  # removed while held: a waiter that opened it re-takes the new file
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            if created_root:
+                with contextlib.suppress(OSError):
+                    os.rmdir(root)  # only when empty
+        raise
     finally:
         lock.release()
