@@ -220,3 +220,34 @@ def test_interrupted_pyg_download_leaves_nothing(tmp_path, monkeypatch):
             load_dataset("cora", str(root))
     assert "without a network" in str(err.value) and "Cora" in str(err.value)
     assert os.listdir(root) == []
+
+
+_LOAD_ARXIV = """
+import sys
+from wavygraph.data import load_dataset
+data, info = load_dataset("ogbn-arxiv", sys.argv[1])
+print(data.num_nodes, int(data.x.sum().round()), int(data.test_mask.sum()))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_download_the_same_set_once(tmp_path, arxiv_zip, ogb_root):
+    """Two processes on one fresh root: the first downloads and processes under the
+    data set's lock, the second waits and reads the finished folder."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "data"
+    repo = Path(__file__).resolve().parents[2]
+    with _Server({"arxiv.zip": arxiv_zip}) as server:
+        env = dict(os.environ, http_proxy=server.url, HTTP_PROXY=server.url, no_proxy="", NO_PROXY="",
+                   OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]))
+        procs = [subprocess.Popen([sys.executable, "-c", _LOAD_ARXIV, str(root)], env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+        results = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [err[-2000:] for _, err in results]
+    assert server.requests == [ARXIV_URL]  # downloaded once: the second process found it in place
+    direct, _ = load_dataset("ogbn-arxiv", str(ogb_root))
+    expected = f"{direct.num_nodes} {int(direct.x.sum().round())} {int(direct.test_mask.sum())}"
+    assert [out.strip().splitlines()[-1] for out, _ in results] == [expected, expected]
+    assert _leftovers(root) == [] and (root / "ogbn_arxiv" / "processed" / "geometric_data_processed.pt").exists()
