@@ -50,7 +50,7 @@ def test_three_train_runs_on_a_fresh_root_all_succeed(fresh_cora, tmp_path):
                      f"out_dir={tmp_path / f'run{i}'}", *ONE_EPOCH], tmp_path) for i in range(3)]
     results = [p.communicate(timeout=900) for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], [err[-2000:] for _, err in results]
-    summaries = [json.loads(out.splitlines()[0]) for out, _ in results]
+    summaries = [json.loads(next(line for line in out.splitlines() if line.startswith("{"))) for out, _ in results]
     # the same data, seed and config: the same scores in every run
     assert len({(s["best_val"], s["test"]) for s in summaries}) == 1
     for i in range(3):

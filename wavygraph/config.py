@@ -139,7 +139,7 @@ class TrainConfig:
     eval_every: int = 1
     patience: Optional[int] = None  # stop after this many evaluations without a better val score
     seed: int = 0
-    device: str = "cpu"
+    device: str = "auto"  # auto: the GPU where there is one (cuda:0), else cpu; or cpu, cuda, cuda:1, ...
     num_threads: Optional[int] = None  # torch CPU threads; None: torch's default
     diagnostics: bool = True
     progress: bool = True

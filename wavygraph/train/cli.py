@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -23,6 +24,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     from wavygraph.config import load_config
     from wavygraph.train import run
+    from wavygraph.train.loop import resolve_device
 
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
@@ -30,11 +32,14 @@ def main(args: argparse.Namespace) -> int:
     if getattr(args, "resume", False):
         overrides.append("train.resume=true")
     cfg = load_config(config, overrides)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks
+        device = resolve_device(cfg.train.device)
+        print(f"wavygraph: training {cfg.data.name} on {device} (train.device={cfg.train.device})", flush=True)
     metrics = run(cfg)
     if not metrics:  # a distributed rank other than 0: rank 0 reports
         return 0
     keys = ("metric", "num_tasks", "evaluator", "best_val", "test", "best_epoch", "epochs", "seconds",
-            "seconds_per_epoch", "peak_memory_mb", "num_params")
+            "seconds_per_epoch", "peak_memory_mb", "num_params", "device")
     summary = {k: metrics[k] for k in keys}
     try:
         print(json.dumps(summary))

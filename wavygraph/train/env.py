@@ -23,17 +23,20 @@ def seed_everything(seed: int) -> None:
 
 
 def resolve_device(name: str) -> torch.device:
-    """The torch device of ``train.device``: ``auto`` is CUDA when available,
-    else the CPU; a name torch does not know, or CUDA without a GPU, is a
-    one-line :class:`ConfigError`."""
+    """The torch device of ``train.device``: ``auto`` is the current GPU where
+    there is one, else the CPU; a GPU is always numbered (``cuda`` ->
+    ``cuda:0``), so that runs report which one they used. A name torch does
+    not know, or CUDA without a GPU, is a one-line :class:`ConfigError`."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
     except RuntimeError:
         raise ConfigError(f"train.device={name!r} is not a torch device") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name!r} but CUDA is not available; use train.device=cpu")
+        raise ConfigError(f"train.device={name!r} but CUDA is not available; use train.device=cpu or auto")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 

@@ -46,6 +46,7 @@ def metrics_of(job: TrainingRun) -> dict:
         "arch": m.get("arch", "wavy"),
         "residual": m.residual if m.get("arch", "wavy") == "wavy" else None,  # none for a baseline
         "num_layers": m.num_layers,
+        "device": str(job.device),  # the one train.device chose (auto: cuda:0 where there is a GPU)
         "world_size": job.ctx.world_size,
         "history": state.history,
     }
