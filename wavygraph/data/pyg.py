@@ -147,23 +147,23 @@ def _read_offline(name: str, source: PyGSource, root: str, kwargs: dict):
             raise WavygraphDataError(f"{name}: PyG could not read {ds_root} ({one_line(exc, with_type=True)})") from exc
 
 
-def _prepare(name: str, source: PyGSource, root: str, download: bool):
-    """The PyG data set, read (processed first if need be, fetched first when
-    missing and ``download``) under the lock of its folder, so that concurrent
-    processes never see each other's half-written files."""
+def _prepare(name: str, source: PyGSource, root: str, download: bool) -> Data:
+    """The PyG data set's graph, read (processed first if need be, fetched first
+    when missing and ``download``) under the lock of its folder, so that
+    concurrent processes never see each other's half-written files."""
     kwargs = dict(source.kwargs)
     with dataset_lock(os.path.join(root, source.subdir or kwargs.get("name") or name)):
         if "name" in kwargs and source.case_dir:
             kwargs["name"] = _case_insensitive(root, kwargs["name"])
         try:
-            return _read_offline(name, source, root, kwargs)
+            return _read_offline(name, source, root, kwargs)[0]
         except DatasetNotFoundError as exc:
             if not download:
                 raise DatasetNotFoundError(
                     f"{exc} (data.download=false; set data.download=true to let PyG fetch it)"
                 ) from None
             fetch_pyg(name, source, root, kwargs)
-            return _read_offline(name, source, root, kwargs)
+            return _read_offline(name, source, root, kwargs)[0]
 
 
 def load_pyg(name: str, source: PyGSource, root: str, split: int = 0, download: bool = True) -> tuple[Data, DatasetInfo]:
@@ -175,7 +175,7 @@ def load_pyg(name: str, source: PyGSource, root: str, split: int = 0, download: 
     with one (Planetoid: the public split) need ``split=0``; those with none
     (Amazon, Coauthor) get a random 60/20/20 split seeded by ``split``.
     """
-    g = _prepare(name, source, root, download)[0]
+    g = _prepare(name, source, root, download)
     y = g.y.view(-1).long()
     data = Data(x=g.x.float(), edge_index=g.edge_index, y=y, num_nodes=g.num_nodes)
     if getattr(g, "train_mask", None) is None:
