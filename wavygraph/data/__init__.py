@@ -28,7 +28,9 @@ Missing OGB / PyG files are fetched by OGB's / PyG's own download code
 ``download=False`` or without a network they raise
 :class:`DatasetNotFoundError`, whose one-line message names the URL and says
 what to put where. The ``csbm`` presets ``arxiv`` and ``proteins`` are
-generated stand-ins with the OGB sets' shapes (``docs/ogb.md``).
+generated stand-ins with the OGB sets' shapes (``docs/ogb.md``). Any number of
+processes may load from one ``root`` at once: each data set is prepared and read
+under one file lock per data set folder (:mod:`wavygraph.data.lock`).
 """
 from .batching import induced_subgraph, node_chunks, random_partition
 from .csbm import CSBM_PRESETS, load_csbm, make_csbm, make_multilabel_csbm
