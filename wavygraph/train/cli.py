@@ -24,7 +24,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def main(args: argparse.Namespace) -> int:
     from wavygraph.config import load_config
     from wavygraph.train import run
-    from wavygraph.train.loop import resolve_device
+    from wavygraph.train.env import resolve_device
 
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
