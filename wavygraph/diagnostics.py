@@ -2,9 +2,12 @@ r"""Over-smoothing diagnostics, per layer (definitions in the table below).
 
 Every measure is a plain function of one layer's hidden states ``H``
 (``(N, d)``) and is usable on its own; :func:`layer_diagnostics` evaluates all
-of them on the hidden states of a :class:`~wavygraph.nn.WavyDIFFormer`
-(``return_hidden=True``). All values are computed in float64 and returned as
-Python floats.
+of them on every layer of a :class:`~wavygraph.nn.WavyDIFFormer` as the
+states pass (:class:`LayerStream`), keeping scalars only. All values are
+computed in float64 and returned as Python floats; the float64 arithmetic runs
+on blocks of edges, channels or nodes (about :data:`BLOCK` numbers each), so
+the working memory is that of ``H`` itself plus a few blocks, never an
+``E x d`` tensor or a float64 copy of ``H``.
 
 ========================= ===================================================
 measure                   definition
@@ -44,11 +47,30 @@ MEASURES = (
 )
 
 
+#: Numbers per float64 block (8 MiB): edges, channels or nodes are taken in
+#: blocks of about this many entries.
+BLOCK = 2**20
+
+
 def _check_h(h: Tensor) -> Tensor:
+    """``h`` detached, in its own dtype (blocks are cast to float64 later)."""
     if not isinstance(h, Tensor) or h.dim() != 2:
         shape = tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__
         raise ValueError(f"hidden states must have shape (N, d), got {shape}")
-    return h.detach().double()
+    return h.detach()
+
+
+def _spans(total: int, per_row: int):
+    """``(start, stop)`` of consecutive blocks of rows, ``per_row`` numbers
+    each row, about :data:`BLOCK` numbers a block."""
+    step = max(1, BLOCK // max(per_row, 1))
+    return ((i, min(i + step, total)) for i in range(0, total, step))
+
+
+def _channel_blocks(h: Tensor):
+    """``h``'s columns in float64 blocks ``(N, b)`` of about :data:`BLOCK` numbers."""
+    for c0, c1 in _spans(h.shape[1], h.shape[0]):
+        yield h[:, c0:c1].double()
 
 
 def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
@@ -62,6 +84,8 @@ def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
     graph stored with both directions (PyG's convention) counts each edge
     twice. :math:`d_i` is the number of columns with source ``i`` (the degree,
     for such a graph), computed with :func:`torch_geometric.utils.degree`.
+    The differences are formed in float64 on blocks of edges (no ``E x d``
+    tensor, no cancellation: states equal after the scaling give exactly 0).
 
     Args:
         h (torch.Tensor): hidden states ``(N, d)``.
@@ -75,10 +99,13 @@ def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
     if n == 0 or edge_index.numel() == 0:
         return 0.0
     src, dst = edge_index[0].long(), edge_index[1].long()
-    deg = degree(src, n, dtype=h.dtype)  # (N,)
-    hn = h / (1.0 + deg).sqrt().unsqueeze(-1)  # (N, d)
-    diff = hn[src] - hn[dst]  # (E, d)
-    return float(diff.pow(2).sum() / n)
+    scale = (1.0 + degree(src, n, dtype=torch.float64)).sqrt().unsqueeze(-1)  # (N, 1)
+    total = torch.zeros((), dtype=torch.float64, device=h.device)
+    for e0, e1 in _spans(src.numel(), h.shape[1]):
+        s, t = src[e0:e1], dst[e0:e1]
+        diff = h[s].double() / scale[s] - h[t].double() / scale[t]  # (block, d)
+        total += diff.pow(2).sum()
+    return float(total / n)
 
 
 def feature_variance(h: Tensor) -> float:
@@ -91,9 +118,10 @@ def feature_variance(h: Tensor) -> float:
         h (torch.Tensor): hidden states ``(N, d)``.
     """
     h = _check_h(h)
-    if h.shape[0] == 0:
+    if h.shape[0] == 0 or h.shape[1] == 0:
         return float("nan")
-    return float(h.var(dim=0, unbiased=False).mean())
+    total = sum(float(b.var(dim=0, unbiased=False).sum()) for b in _channel_blocks(h))
+    return total / h.shape[1]
 
 
 def inter_class_variance(h: Tensor, y: Tensor) -> float:
@@ -114,14 +142,17 @@ def inter_class_variance(h: Tensor, y: Tensor) -> float:
     if y.dim() != 1 or y.numel() != h.shape[0] or y.dtype.is_floating_point:
         raise ValueError(f"y must hold one integer class per node ({h.shape[0]}), got shape {tuple(y.shape)}, dtype {y.dtype}")
     keep = y >= 0
-    h, y = h[keep], y[keep].long()
-    if y.numel() == 0:
+    if not bool(keep.any()):
         return float("nan")
-    classes, inverse = torch.unique(y, return_inverse=True)
-    counts = torch.bincount(inverse, minlength=classes.numel()).to(h.dtype)  # (C,)
-    sums = torch.zeros(classes.numel(), h.shape[1], dtype=h.dtype).index_add_(0, inverse, h)
-    means = sums / counts.unsqueeze(-1)  # (C, d)
-    return float(means.var(dim=0, unbiased=False).sum())
+    rows = keep.nonzero().view(-1)  # (n,)
+    classes, inverse = torch.unique(y[rows].long(), return_inverse=True)
+    counts = torch.bincount(inverse, minlength=classes.numel()).double().unsqueeze(-1)  # (C, 1)
+    total = 0.0
+    for c0, c1 in _spans(h.shape[1], rows.numel()):
+        block = h[rows, c0:c1].double()  # (n, b)
+        sums = block.new_zeros(classes.numel(), c1 - c0).index_add_(0, inverse, block)
+        total += float((sums / counts).var(dim=0, unbiased=False).sum())  # class means (C, b)
+    return total
 
 
 def cosine_similarity(h: Tensor) -> float:
@@ -146,9 +177,12 @@ def cosine_similarity(h: Tensor) -> float:
     n = h.shape[0]
     if n < 2:
         return float("nan")
-    unit = torch.nn.functional.normalize(h, dim=-1)  # (N, d)
-    total = unit.sum(0)  # (d,)
-    return float((total.dot(total) - unit.pow(2).sum()) / (n * (n - 1)))
+    sq = sum(b.pow(2).sum(1) for b in _channel_blocks(h))  # (N,) squared row norms
+    if not isinstance(sq, Tensor):  # no channels
+        return 0.0
+    denom = sq.sqrt().clamp_min(1e-12).unsqueeze(-1)  # (N, 1), F.normalize's eps
+    total = torch.cat([(b / denom).sum(0) for b in _channel_blocks(h)])  # (d,) = sum_i h^_i
+    return float((total.dot(total) - (sq / denom.squeeze(-1).pow(2)).sum()) / (n * (n - 1)))
 
 
 def attention_qk(conv: DIFFormerConv, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -194,7 +228,8 @@ def spectral_gap(q: Tensor, k: Tensor) -> float:
     :math:`N \ge 2` the second-largest modulus of :math:`M` is
     :math:`|\lambda_2(A)|` whether :math:`N` is larger or smaller than
     :math:`d+1`. :math:`A` is row-stochastic, so :math:`|\lambda_1| = 1`.
-    Cost :math:`O(Nd^2 + d^3)`, float64.
+    Cost :math:`O(Nd^2 + d^3)`, float64 on blocks of nodes (:math:`M` is a
+    sum over the nodes), so no float64 copy of ``q`` or ``k``.
 
     Args:
         q (torch.Tensor): normalised queries :math:`\tilde Q` ``(N, D)``.
@@ -208,13 +243,19 @@ def spectral_gap(q: Tensor, k: Tensor) -> float:
     n = q.shape[0]
     if n < 2:
         return float("nan")
-    q = q.detach().double()
-    k = k.detach().double()
-    ones = q.new_ones(n, 1)
-    qa = torch.cat([ones, q], dim=1)  # (N, D+1)
-    ka = torch.cat([ones, k], dim=1)  # (N, D+1)
-    row_sum = qa @ ka.sum(0)  # (N,) = N + q~_i . sum_j k~_j
-    m = ka.T @ (qa / row_sum.unsqueeze(-1))  # (D+1, D+1)
+    q, k = q.detach(), k.detach()
+
+    def augmented(t: Tensor, i0: int, i1: int) -> Tensor:  # [1, t] rows i0..i1 in float64, (b, D+1)
+        block = t[i0:i1].double()
+        return torch.cat([block.new_ones(i1 - i0, 1), block], dim=1)
+
+    spans = list(_spans(n, q.shape[1] + 1))
+    k_sum = sum(augmented(k, i0, i1).sum(0) for i0, i1 in spans)  # (D+1,) = [N, sum_j k~_j]
+    m = q.new_zeros(q.shape[1] + 1, q.shape[1] + 1, dtype=torch.float64)  # (D+1, D+1)
+    for i0, i1 in spans:
+        qa = augmented(q, i0, i1)
+        row_sum = qa @ k_sum  # (b,) = N + q~_i . sum_j k~_j
+        m += augmented(k, i0, i1).T @ (qa / row_sum.unsqueeze(-1))
     moduli = torch.linalg.eigvals(m).abs().sort(descending=True).values
     second = float(moduli[1]) if moduli.numel() > 1 else 0.0
     return 1.0 - second
@@ -230,10 +271,64 @@ def layer_spectral_gap(conv: DIFFormerConv, x: Tensor) -> float:
     return sum(spectral_gap(q[:, h], k[:, h]) for h in range(conv.heads)) / conv.heads
 
 
+def _class_labels(y: Tensor | None) -> Tensor | None:
+    """``y`` as one class per node ``(N,)``, or ``None`` for multi-label or
+    float targets (no inter-class variance then)."""
+    if y is not None and y.dim() == 2 and y.shape[1] == 1 and not y.dtype.is_floating_point:
+        y = y.view(-1)
+    return y if y is not None and y.dim() == 1 and not y.dtype.is_floating_point else None
+
+
+class LayerStream:
+    r"""Every measure of :func:`layer_diagnostics`, accumulated one state at
+    a time: call it with ``(i, h_i)`` for ``i = 0, 1, ..., L`` in order (the
+    input embedding, then every layer's output), as the ``layer_hook`` of
+    :class:`~wavygraph.nn.WavyDIFFormer`. Each call appends one value per
+    measure and, for ``i < L``, the spectral gap of ``model.convs[i]`` on
+    ``h_i`` (that layer's input state); no state is kept, so the memory is
+    that of one state and the blocks of the measures.
+
+    Args:
+        model (WavyDIFFormer): the model whose ``convs`` give the spectral gaps.
+        edge_index (torch.Tensor): edges ``(2, E)`` for the Dirichlet energy.
+        y (torch.Tensor, optional): classes ``(N,)`` or ``(N, 1)`` for the
+            inter-class variance; other targets leave it out. (default: :obj:`None`)
+
+    Shapes:
+        - **input:** i ``int``, h_i ``(N, C)``
+    """
+
+    def __init__(self, model, edge_index: Tensor, y: Tensor | None = None):
+        self.convs = model.convs
+        self.edge_index = edge_index
+        self.y = _class_labels(y)
+        self.values: dict[str, list[float]] = {name: [] for name in MEASURES}
+        if self.y is None:
+            del self.values["inter_class_variance"]
+
+    @torch.no_grad()
+    def __call__(self, i: int, h: Tensor) -> None:
+        if i != len(self.values["feature_variance"]):
+            expected = len(self.values["feature_variance"])
+            raise ValueError(f"states must come in order 0, 1, ...: expected state {expected}, got {i}")
+        v = self.values
+        v["dirichlet_energy"].append(dirichlet_energy(h, self.edge_index))
+        v["feature_variance"].append(feature_variance(h))
+        if self.y is not None:
+            v["inter_class_variance"].append(inter_class_variance(h, self.y))
+        v["cosine_similarity"].append(cosine_similarity(h))
+        if i < len(self.convs):
+            v["spectral_gap"].append(layer_spectral_gap(self.convs[i], h.detach()))
+
+
 @torch.no_grad()
 def layer_diagnostics(model, data) -> dict[str, list[float]]:
     r"""Every measure, per layer, of a :class:`~wavygraph.nn.WavyDIFFormer`
     on one graph, in eval mode (the model's mode is restored afterwards).
+
+    The measures are taken as the states pass (:class:`LayerStream` as the
+    model's ``layer_hook``): the working memory is that of one evaluation
+    forward, whatever the depth.
 
     Args:
         model (WavyDIFFormer): the model.
@@ -253,21 +348,11 @@ def layer_diagnostics(model, data) -> dict[str, list[float]]:
     """
     was_training = model.training
     model.eval()
+    stream = LayerStream(model, data.edge_index, getattr(data, "y", None))
     try:
         _, hidden = model(data.x, data.edge_index, return_hidden=True)
-        edge_index = data.edge_index
-        y = getattr(data, "y", None)
-        if y is not None and y.dim() == 2 and y.shape[1] == 1 and not y.dtype.is_floating_point:
-            y = y.view(-1)
-        classes = y is not None and y.dim() == 1 and not y.dtype.is_floating_point
-        out: dict[str, list[float]] = {
-            "dirichlet_energy": [dirichlet_energy(h, edge_index) for h in hidden],
-            "feature_variance": [feature_variance(h) for h in hidden],
-        }
-        if classes:
-            out["inter_class_variance"] = [inter_class_variance(h, y) for h in hidden]
-        out["cosine_similarity"] = [cosine_similarity(h) for h in hidden]
-        out["spectral_gap"] = [layer_spectral_gap(conv, h) for conv, h in zip(model.convs, hidden)]
+        for i, h in enumerate(hidden):
+            stream(i, h)
     finally:
         model.train(was_training)
-    return out
+    return stream.values
