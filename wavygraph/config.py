@@ -32,6 +32,7 @@ from wavygraph.data.stratified import check_fractions
 from wavygraph.data.splits import SPLIT_MODES
 from wavygraph.nn.fused import STEP_IMPLS
 from wavygraph.nn.model import DROPOUT_AT, FORCE_SCALES, NORMS, WavyDIFFormer
+from wavygraph.nn.reversible import check_memory_args
 from wavygraph.nn.steppers import STEPPERS, make_stepper
 
 
@@ -115,6 +116,10 @@ class ModelConfig:
     featscale: bool = False
     step_impl: str = "eager"  # or "compile": torch.compile the step + LayerNorm (same results)
     shared_attention: bool = False  # one attention layer for all steps (parameters independent of depth)
+    # memory in depth (docs/fidelity.md): recompute layers in backward (same scores), or invert them
+    gradient_checkpointing: bool = False  # checkpoint segments of layers in training
+    checkpoint_segments: Optional[int] = None  # number of segments (null: ceil(sqrt(num_layers)))
+    reversible: bool = False  # gradients by inverting the steps, no stored layer state (kinds with an inverse)
     # model.arch and the baselines' own options (wavygraph/train/models.py). A baseline takes
     # num_layers, hidden_channels and dropout (sgformer also heads) and its own keys below;
     # any other model key set away from its default is an error for it.
@@ -272,6 +277,11 @@ def _check(cfg: DictConfig) -> None:
     if m.graph_weight is not None and not 0.0 <= m.graph_weight <= 1.0:
         raise ConfigError(f"model.graph_weight={m.graph_weight!r} must lie in [0, 1] or be null")
     _check_residual_options(m)
+    try:
+        check_memory_args(m.residual, m.gradient_checkpointing, m.checkpoint_segments, m.reversible)
+    except ValueError as exc:
+        msg = str(exc).replace("True", "true").replace("False", "false").replace("set grad", "set model.grad")
+        raise ConfigError(f"model.{msg}".replace("needs grad", "needs model.grad")) from None
     positive("train.epochs", t.epochs)
     positive("train.lr", t.lr)
     positive("train.weight_decay", t.weight_decay, allow_zero=True)

@@ -19,6 +19,7 @@ from .steppers import (
     unregister_stepper,
 )
 from .joint_light_wave import JointLightWaveStepper
+from .leapfrog import LeapfrogStepper
 
 __all__ = [
     "functional",
@@ -36,6 +37,7 @@ __all__ = [
     "MixStepper",
     "LightWaveStepper",
     "JointLightWaveStepper",
+    "LeapfrogStepper",
     "LearnableLamStepper",
     "make_stepper",
     "register_stepper",
