@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import degree
 
 from .nn.conv import DIFFormerConv
 from .nn.functional import normalize_qk
@@ -83,7 +82,7 @@ def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
     Every column ``(i, j)`` of ``edge_index`` is one term, so an undirected
     graph stored with both directions (PyG's convention) counts each edge
     twice. :math:`d_i` is the number of columns with source ``i`` (the degree,
-    for such a graph), computed with :func:`torch_geometric.utils.degree`.
+    for such a graph).
     The differences are formed in float64 on blocks of edges (no ``E x d``
     tensor, no cancellation: states equal after the scaling give exactly 0).
 
@@ -99,7 +98,7 @@ def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
     if n == 0 or edge_index.numel() == 0:
         return 0.0
     src, dst = edge_index[0].long(), edge_index[1].long()
-    scale = (1.0 + degree(src, n, dtype=torch.float64)).sqrt().unsqueeze(-1)  # (N, 1)
+    scale = (1.0 + torch.bincount(src, minlength=n).double()).sqrt().unsqueeze(-1)  # (N, 1)
     total = torch.zeros((), dtype=torch.float64, device=h.device)
     for e0, e1 in _spans(src.numel(), h.shape[1]):
         s, t = src[e0:e1], dst[e0:e1]
@@ -285,8 +284,9 @@ class LayerStream:
     input embedding, then every layer's output), as the ``layer_hook`` of
     :class:`~wavygraph.nn.WavyDIFFormer`. Each call appends one value per
     measure and, for ``i < L``, the spectral gap of ``model.convs[i]`` on
-    ``h_i`` (that layer's input state); no state is kept, so the memory is
-    that of one state and the blocks of the measures.
+    the input it takes from ``h_i`` (``h_i`` itself, or the layer's norm of it
+    for a pre-norm kind such as ``leapfrog``); no state is kept, so the
+    memory is that of one state and the blocks of the measures.
 
     Args:
         model (WavyDIFFormer): the model whose ``convs`` give the spectral gaps.
@@ -299,7 +299,7 @@ class LayerStream:
     """
 
     def __init__(self, model, edge_index: Tensor, y: Tensor | None = None):
-        self.convs = model.convs
+        self.model = model
         self.edge_index = edge_index
         self.y = _class_labels(y)
         self.values: dict[str, list[float]] = {name: [] for name in MEASURES}
@@ -317,8 +317,16 @@ class LayerStream:
         if self.y is not None:
             v["inter_class_variance"].append(inter_class_variance(h, self.y))
         v["cosine_similarity"].append(cosine_similarity(h))
-        if i < len(self.convs):
-            v["spectral_gap"].append(layer_spectral_gap(self.convs[i], h.detach()))
+        if i < len(self.model.convs):
+            v["spectral_gap"].append(layer_spectral_gap(self.model.convs[i], self._conv_input(i, h.detach())))
+
+    def _conv_input(self, i: int, h: Tensor) -> Tensor:
+        """What ``convs[i]`` attends over in evaluation: the state, or its norm
+        ``N_i(X)`` for a pre-norm kind (one graph, no batch)."""
+        model = self.model
+        if not getattr(model, "pre_norm", False):
+            return h
+        return model._norm_fn(model.norms[i], None, None)(h, None)[0]
 
 
 @torch.no_grad()
@@ -343,16 +351,14 @@ def layer_diagnostics(model, data) -> dict[str, list[float]]:
         with ``num_layers + 1`` values each (index 0 is the input embedding,
         index ``l`` the output of layer ``l``); ``spectral_gap`` with
         ``num_layers`` values (entry ``l - 1`` is the attention of layer
-        ``l``, which acts on the states at index ``l - 1``), the mean over
-        heads, global branch only.
+        ``l``, which acts on the states at index ``l - 1``, or on their norm
+        for a pre-norm kind), the mean over heads, global branch only.
     """
     was_training = model.training
     model.eval()
     stream = LayerStream(model, data.edge_index, getattr(data, "y", None))
     try:
-        _, hidden = model(data.x, data.edge_index, return_hidden=True)
-        for i, h in enumerate(hidden):
-            stream(i, h)
+        model(data.x, data.edge_index, layer_hook=stream)
     finally:
         model.train(was_training)
     return stream.values
