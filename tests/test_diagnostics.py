@@ -308,14 +308,17 @@ def test_layer_diagnostics_never_forms_edge_or_float64_state_tensors(monkeypatch
         out = layer_diagnostics(model, data)
     assert len(out["dirichlet_energy"]) == layers + 1
     assert mode.largest["float"] < ei.shape[1] * c / 4  # nothing near E x d, model included
-    # the measures themselves: float64 only in blocks, per-node vectors and the (D+1) x (D+1) matrix
+    # the measures themselves, fed the states and the attention inputs one by one
     _, hidden = model(data.x, data.edge_index, return_hidden=True)
     stream = LayerStream(model, data.edge_index, data.y)
     with LargestTensor() as mode:
         for i, h in enumerate(hidden):
             stream(i, h)
+            if i < layers:
+                stream._attention_hook(model.convs[i], (h,))
     assert stream.values == out
-    assert 0 < mode.largest["float64"] <= max(64, n, (c + 1) ** 2) < n * c
+    # float64 only in blocks, per-node vectors, the (D+1) x (D+1) matrix and the E weights of the sparse A
+    assert 0 < mode.largest["float64"] <= max(64, n, (c + 1) ** 2, ei.shape[1]) < ei.shape[1] * c
 
 
 def test_layer_stream_takes_states_in_order():

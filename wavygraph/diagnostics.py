@@ -5,7 +5,7 @@ Every measure is a plain function of one layer's hidden states ``H``
 of them on every layer of a :class:`~wavygraph.nn.WavyDIFFormer` as the
 states pass (:class:`LayerStream`), keeping scalars only. All values are
 computed in float64 and returned as Python floats; the float64 arithmetic runs
-on blocks of edges, channels or nodes (about :data:`BLOCK` numbers each), so
+on blocks of channels or nodes (about :data:`BLOCK` numbers each), so
 the working memory is that of ``H`` itself plus a few blocks, never an
 ``E x d`` tensor or a float64 copy of ``H``.
 
@@ -29,8 +29,12 @@ hard) and a cosine similarity that rises to 1.
 """
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor
+from torch_geometric.utils import to_torch_csr_tensor
 
 from .nn.conv import DIFFormerConv
 from .nn.functional import normalize_qk
@@ -46,9 +50,9 @@ MEASURES = (
 )
 
 
-#: Numbers per float64 block (8 MiB): edges, channels or nodes are taken in
+#: Numbers per float64 block (32 MiB): edges, channels or nodes are taken in
 #: blocks of about this many entries.
-BLOCK = 2**20
+BLOCK = 2**22
 
 
 def _check_h(h: Tensor) -> Tensor:
@@ -67,9 +71,60 @@ def _spans(total: int, per_row: int):
 
 
 def _channel_blocks(h: Tensor):
-    """``h``'s columns in float64 blocks ``(N, b)`` of about :data:`BLOCK` numbers."""
+    """``h``'s columns in float64 blocks ``(N, b)`` of about :data:`BLOCK`
+    numbers, each a copy (free to change in place)."""
     for c0, c1 in _spans(h.shape[1], h.shape[0]):
-        yield h[:, c0:c1].double()
+        yield h[:, c0:c1].to(torch.float64, copy=True)
+
+
+class DirichletForm:
+    r"""The Dirichlet energy of :func:`dirichlet_energy` on one graph as a
+    quadratic form, built once and evaluated on any number of states.
+
+    With :math:`\hat h_i = h_i/\sqrt{1+d_i}` and :math:`A_{ij}` the number of
+    columns ``(i, j)`` of ``edge_index``,
+
+    .. math::
+        N E = \sum_i (d^{out}_i + d^{in}_i)\lVert\hat h_i\rVert^2
+              - 2\sum_i \hat h_i \cdot (A\hat h)_i ,
+
+    one sparse product per block of channels, in float64. The differences are
+    unchanged by a shift of every :math:`\hat h_i` by the same vector, so
+    :math:`\hat h` is centred (its mean over the nodes subtracted) first:
+    states that differ little from node to node lose no digits to the
+    cancellation.
+
+    Args:
+        edge_index (torch.Tensor): edges ``(2, E)``.
+        num_nodes (int): number of nodes ``N``.
+    """
+
+    def __init__(self, edge_index: Tensor, num_nodes: int):
+        self.num_nodes = num_nodes
+        self.empty = num_nodes == 0 or edge_index.numel() == 0
+        if self.empty:
+            return
+        src, dst = edge_index[0].long(), edge_index[1].long()
+        out_deg = torch.bincount(src, minlength=num_nodes).double()  # (N,)
+        self.scale = (1.0 + out_deg).sqrt().unsqueeze(-1)  # (N, 1)
+        self.weight = (out_deg + torch.bincount(dst, minlength=num_nodes).double()).unsqueeze(-1)  # (N, 1)
+        ones = torch.ones(src.numel(), dtype=torch.float64, device=src.device)
+        with warnings.catch_warnings():  # torch's "sparse CSR is beta" notice
+            warnings.simplefilter("ignore", UserWarning)
+            self.adj = to_torch_csr_tensor(torch.stack([src, dst]), ones, size=(num_nodes, num_nodes))
+
+    def __call__(self, h: Tensor) -> float:
+        h = _check_h(h)
+        if h.shape[0] != self.num_nodes:
+            raise ValueError(f"hidden states have {h.shape[0]} rows for a graph of {self.num_nodes} nodes")
+        if self.empty:
+            return 0.0
+        total = 0.0
+        for block in _channel_blocks(h):  # (N, b) float64
+            block = block.div_(self.scale)
+            block -= block.mean(0)
+            total += float((block * block * self.weight).sum() - 2.0 * (block * (self.adj @ block)).sum())
+        return max(total, 0.0) / self.num_nodes
 
 
 def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
@@ -82,9 +137,8 @@ def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
     Every column ``(i, j)`` of ``edge_index`` is one term, so an undirected
     graph stored with both directions (PyG's convention) counts each edge
     twice. :math:`d_i` is the number of columns with source ``i`` (the degree,
-    for such a graph).
-    The differences are formed in float64 on blocks of edges (no ``E x d``
-    tensor, no cancellation: states equal after the scaling give exactly 0).
+    for such a graph). Computed as a quadratic form (:class:`DirichletForm`):
+    one sparse product, no ``E x d`` tensor of differences.
 
     Args:
         h (torch.Tensor): hidden states ``(N, d)``.
@@ -93,18 +147,7 @@ def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
     Returns:
         float: the energy (0 for a graph without edges or nodes).
     """
-    h = _check_h(h)
-    n = h.shape[0]
-    if n == 0 or edge_index.numel() == 0:
-        return 0.0
-    src, dst = edge_index[0].long(), edge_index[1].long()
-    scale = (1.0 + torch.bincount(src, minlength=n).double()).sqrt().unsqueeze(-1)  # (N, 1)
-    total = torch.zeros((), dtype=torch.float64, device=h.device)
-    for e0, e1 in _spans(src.numel(), h.shape[1]):
-        s, t = src[e0:e1], dst[e0:e1]
-        diff = h[s].double() / scale[s] - h[t].double() / scale[t]  # (block, d)
-        total += diff.pow(2).sum()
-    return float(total / n)
+    return DirichletForm(edge_index, _check_h(h).shape[0])(h)
 
 
 def feature_variance(h: Tensor) -> float:
@@ -140,16 +183,17 @@ def inter_class_variance(h: Tensor, y: Tensor) -> float:
         y = y.view(-1)
     if y.dim() != 1 or y.numel() != h.shape[0] or y.dtype.is_floating_point:
         raise ValueError(f"y must hold one integer class per node ({h.shape[0]}), got shape {tuple(y.shape)}, dtype {y.dtype}")
+    y = y.long()
     keep = y >= 0
     if not bool(keep.any()):
         return float("nan")
-    rows = keep.nonzero().view(-1)  # (n,)
-    classes, inverse = torch.unique(y[rows].long(), return_inverse=True)
-    counts = torch.bincount(inverse, minlength=classes.numel()).double().unsqueeze(-1)  # (C, 1)
+    classes = torch.unique(y[keep])  # (C,)
+    # class of every node as 0..C-1, unlabelled nodes into an extra bucket C that is dropped
+    slot = torch.where(keep, torch.searchsorted(classes, y.clamp_min(0)), classes.numel())  # (N,)
+    counts = torch.bincount(slot, minlength=classes.numel() + 1)[:-1].double().unsqueeze(-1)  # (C, 1)
     total = 0.0
-    for c0, c1 in _spans(h.shape[1], rows.numel()):
-        block = h[rows, c0:c1].double()  # (n, b)
-        sums = block.new_zeros(classes.numel(), c1 - c0).index_add_(0, inverse, block)
+    for block in _channel_blocks(h):  # (N, b)
+        sums = block.new_zeros(classes.numel() + 1, block.shape[1]).index_add_(0, slot, block)[:-1]
         total += float((sums / counts).var(dim=0, unbiased=False).sum())  # class means (C, b)
     return total
 
@@ -279,14 +323,17 @@ def _class_labels(y: Tensor | None) -> Tensor | None:
 
 
 class LayerStream:
-    r"""Every measure of :func:`layer_diagnostics`, accumulated one state at
-    a time: call it with ``(i, h_i)`` for ``i = 0, 1, ..., L`` in order (the
-    input embedding, then every layer's output), as the ``layer_hook`` of
-    :class:`~wavygraph.nn.WavyDIFFormer`. Each call appends one value per
-    measure and, for ``i < L``, the spectral gap of ``model.convs[i]`` on
-    the input it takes from ``h_i`` (``h_i`` itself, or the layer's norm of it
-    for a pre-norm kind such as ``leapfrog``); no state is kept, so the
-    memory is that of one state and the blocks of the measures.
+    r"""Every measure of :func:`layer_diagnostics`, accumulated as a forward
+    pass runs, keeping scalars only.
+
+    Call it with ``(i, h_i)`` for ``i = 0, 1, ..., L`` in order (the input
+    embedding, then every layer's output): it is the ``layer_hook`` of
+    :class:`~wavygraph.nn.WavyDIFFormer`, and each call appends one value of
+    every state measure. Inside :meth:`watch`, every call of an attention
+    layer of ``model`` appends the spectral gap of that layer on the input it
+    really receives (the state, or its norm for a pre-norm kind such as
+    ``leapfrog``). No state is kept: the memory is that of the forward pass
+    and the blocks of the measures.
 
     Args:
         model (WavyDIFFormer): the model whose ``convs`` give the spectral gaps.
@@ -301,6 +348,7 @@ class LayerStream:
     def __init__(self, model, edge_index: Tensor, y: Tensor | None = None):
         self.model = model
         self.edge_index = edge_index
+        self.dirichlet: DirichletForm | None = None  # built at the first state (its N)
         self.y = _class_labels(y)
         self.values: dict[str, list[float]] = {name: [] for name in MEASURES}
         if self.y is None:
@@ -308,25 +356,31 @@ class LayerStream:
 
     @torch.no_grad()
     def __call__(self, i: int, h: Tensor) -> None:
-        if i != len(self.values["feature_variance"]):
-            expected = len(self.values["feature_variance"])
-            raise ValueError(f"states must come in order 0, 1, ...: expected state {expected}, got {i}")
         v = self.values
-        v["dirichlet_energy"].append(dirichlet_energy(h, self.edge_index))
+        if i != len(v["feature_variance"]):
+            raise ValueError(f"states must come in order 0, 1, ...: expected state {len(v['feature_variance'])}, got {i}")
+        if self.dirichlet is None:
+            self.dirichlet = DirichletForm(self.edge_index, h.shape[0])
+        v["dirichlet_energy"].append(self.dirichlet(h))
         v["feature_variance"].append(feature_variance(h))
         if self.y is not None:
             v["inter_class_variance"].append(inter_class_variance(h, self.y))
         v["cosine_similarity"].append(cosine_similarity(h))
-        if i < len(self.model.convs):
-            v["spectral_gap"].append(layer_spectral_gap(self.model.convs[i], self._conv_input(i, h.detach())))
 
-    def _conv_input(self, i: int, h: Tensor) -> Tensor:
-        """What ``convs[i]`` attends over in evaluation: the state, or its norm
-        ``N_i(X)`` for a pre-norm kind (one graph, no batch)."""
-        model = self.model
-        if not getattr(model, "pre_norm", False):
-            return h
-        return model._norm_fn(model.norms[i], None, None)(h, None)[0]
+    @torch.no_grad()
+    def _attention_hook(self, conv: DIFFormerConv, args: tuple) -> None:
+        self.values["spectral_gap"].append(layer_spectral_gap(conv, args[0].detach()))
+
+    @contextmanager
+    def watch(self):
+        """Measure the spectral gap of every attention call of the model
+        while inside (forward pre-hooks on its distinct ``convs``)."""
+        handles = [conv.register_forward_pre_hook(self._attention_hook) for conv in dict.fromkeys(self.model.convs)]
+        try:
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
 @torch.no_grad()
@@ -358,7 +412,8 @@ def layer_diagnostics(model, data) -> dict[str, list[float]]:
     model.eval()
     stream = LayerStream(model, data.edge_index, getattr(data, "y", None))
     try:
-        model(data.x, data.edge_index, layer_hook=stream)
+        with stream.watch():
+            model(data.x, data.edge_index, layer_hook=stream)
     finally:
         model.train(was_training)
     return stream.values
