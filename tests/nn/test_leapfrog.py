@@ -6,6 +6,8 @@ import torch.nn.functional as F
 
 from wavygraph.config import ConfigError, load_config
 from wavygraph.nn import STEPPERS, LeapfrogStepper, StepState, WavyDIFFormer, make_stepper
+from wavygraph.nn.joint import JointPairNorm
+from wavygraph.nn.leapfrog import graph_layer_norm
 from wavygraph.nn.reversible import invertible_kinds, rebuild, reconstruction_error, seeded_dropout
 from wavygraph.nn.validate import InputError
 
@@ -26,7 +28,9 @@ def _model(**kw):
 
 
 def _ln(h, norm):
-    return F.layer_norm(h, (h.shape[1],), norm.weight, norm.bias, norm.eps)
+    """PairNorm's centring and scale over the graph's nodes with the LayerNorm's weight and bias."""
+    hc = h - h.mean(0, keepdim=True)
+    return norm.weight * hc / (hc.pow(2).sum(1).mean() + norm.eps).sqrt() + norm.bias
 
 
 def _randomise(model, seed=5):
@@ -35,6 +39,23 @@ def _randomise(model, seed=5):
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.3 * torch.randn(p.shape, generator=g, dtype=p.dtype))
+
+
+def test_graph_layer_norm_takes_the_statistics_of_each_graph():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(N, 6, dtype=torch.float64, generator=g) * torch.arange(1, N + 1, dtype=torch.float64)[:, None]
+    w, b = torch.randn(6, dtype=torch.float64, generator=g), torch.randn(6, dtype=torch.float64, generator=g)
+    batch = torch.tensor([0] * 4 + [1] * 8)
+    out = graph_layer_norm(x, w, b, 1e-5, batch)
+    for graph in (slice(0, 4), slice(4, N)):
+        xs = x[graph]
+        n = xs.shape[0]
+        mean = sum(xs[i] for i in range(n)) / n
+        ms = sum(((xs[i] - mean) ** 2).sum() for i in range(n)) / n
+        ref = torch.stack([w * (xs[i] - mean) / (ms + 1e-5) ** 0.5 + b for i in range(n)])
+        torch.testing.assert_close(out[graph], ref, rtol=0, atol=1e-12)
+    ones, zeros = torch.ones(6, dtype=torch.float64), torch.zeros(6, dtype=torch.float64)
+    torch.testing.assert_close(graph_layer_norm(x, ones, zeros), JointPairNorm(6)(x)[0], rtol=0, atol=1e-12)
 
 
 def test_registered_with_its_class_attributes():
@@ -64,8 +85,9 @@ def test_step_and_inverse_are_the_literal_formulas():
 
 @pytest.mark.parametrize("ffn", [False, True])
 def test_model_is_the_pre_norm_leapfrog(ffn):
-    """Y' = Y + tau F(X), X' = X + tau Y', F = a (A(Z) Z - Z) + w (X0 - Z) [+ FFN(N'(X))], Z = LN(X);
-    a final LayerNorm before the output layer; every hidden state compared."""
+    """Y' = Y + tau F(X), X' = X + tau Y', F = a (A(Z) Z - Z) + w (X0 - Z) [+ FFN(N'(X))], Z = N(X) with
+    the graph's statistics and the LayerNorm's weight and bias; an ordinary final LayerNorm before the
+    output layer; every hidden state compared."""
     model = _model(source=True, source_weight=0.3, force_scale="rezero", featscale=True, ffn=ffn).eval()
     _randomise(model)
     x = _x()
@@ -81,7 +103,8 @@ def test_model_is_the_pre_norm_leapfrog(ffn):
         y = y + 0.7 * f
         h = h + 0.7 * y
         ref_hidden.append(h)
-    torch.testing.assert_close(out, model.output(_ln(h, model.final_norm)), rtol=0, atol=1e-12)
+    final = F.layer_norm(h, (8,), model.final_norm.weight, model.final_norm.bias, model.final_norm.eps)
+    torch.testing.assert_close(out, model.output(final), rtol=0, atol=1e-12)
     for a, b in zip(hidden, ref_hidden):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
 

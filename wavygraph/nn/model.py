@@ -15,6 +15,7 @@ from .featscale import FeatScale
 from .fused import STEP_IMPLS
 from .graph import gcn_adjacency
 from .joint import JointFFN, JointIdentity, JointLayerNorm, JointPairNorm
+from .leapfrog import graph_layer_norm
 from .steppers import STEPPERS, Stepper, StepState, make_stepper
 from .validate import InputError, check_choice, check_inputs
 
@@ -336,7 +337,7 @@ class WavyDIFFormer(nn.Module):
         """The force of a pre-norm kind, a function of ``x`` (and ``x0``)
         alone (:class:`~wavygraph.nn.leapfrog.LeapfrogStepper`)."""
         p, seed, state_drop = self.layer_dropout, inputs.seed, self.dropout_at == "state"
-        z = self._norm_fn(self.norms[i], inputs.batch, None)(x, None)[0]  # Z = N(X)
+        z = self._prenorm(self.norms[i], x, inputs.batch)  # Z = N(X)
         zin = rev.seeded_dropout(z, p, seed, 3 * i) if state_drop else z
         out = self.convs[i](zin, inputs.adj, inputs.batch)  # A(Z) Z
         if self.featscales:
@@ -349,10 +350,17 @@ class WavyDIFFormer(nn.Module):
         if x0 is not None:  # a spring toward the input embedding: w (X_0 - Z)
             force = force + (x0 - self.source_weight * z)
         if self.ffns:
-            zf = self._norm_fn(self.ffn_norms[i], inputs.batch, None)(x, None)[0]
+            zf = self._prenorm(self.ffn_norms[i], x, inputs.batch)
             fx = self.ffns[i](rev.seeded_dropout(zf, p, seed, 3 * i + 2) if state_drop else zf, None)[0]
             force = force + (fx if state_drop else rev.seeded_dropout(fx, p, seed, 3 * i + 2))
         return force
+
+    def _prenorm(self, norm: nn.Module, x: Tensor, batch: Tensor | None) -> Tensor:
+        """A pre-norm kind's norm: ``norm="layer"`` pools the variance over
+        each graph (:func:`~wavygraph.nn.leapfrog.graph_layer_norm`)."""
+        if isinstance(norm, JointLayerNorm):
+            return graph_layer_norm(x, norm.weight, norm.bias, norm.eps, batch)
+        return self._norm_fn(norm, batch, None)(x, None)[0]
 
     def _layer_params(self, i: int) -> list:
         """The parameters layer ``i`` uses (its force's and its stepper's)."""
