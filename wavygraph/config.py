@@ -277,11 +277,6 @@ def _check(cfg: DictConfig) -> None:
     if m.graph_weight is not None and not 0.0 <= m.graph_weight <= 1.0:
         raise ConfigError(f"model.graph_weight={m.graph_weight!r} must lie in [0, 1] or be null")
     _check_residual_options(m)
-    try:
-        check_memory_args(m.residual, m.gradient_checkpointing, m.checkpoint_segments, m.reversible)
-    except ValueError as exc:
-        msg = str(exc).replace("True", "true").replace("False", "false").replace("set grad", "set model.grad")
-        raise ConfigError(f"model.{msg}".replace("needs grad", "needs model.grad")) from None
     positive("train.epochs", t.epochs)
     positive("train.lr", t.lr)
     positive("train.weight_decay", t.weight_decay, allow_zero=True)
@@ -344,12 +339,18 @@ def import_modules(names: Sequence[str]) -> None:
 
 
 def _check_residual_options(m: DictConfig) -> None:
-    """The kind's options, checked by building one stepper (its own messages)."""
+    """The kind's options, checked by building one stepper (its own messages),
+    and the memory options that depend on the kind."""
     options = OmegaConf.to_container(m.residual_options, resolve=True)
     try:
         make_stepper(m.residual, 1, **options)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"model.residual_options: {_one_line(exc)}") from None
+    try:  # the memory options, which depend on the kind (model.reversible needs an inverse)
+        check_memory_args(m.residual, m.gradient_checkpointing, m.checkpoint_segments, m.reversible)
+    except ValueError as exc:
+        msg = str(exc).replace("True", "true").replace("False", "false").replace("set grad", "set model.grad")
+        raise ConfigError(f"model.{msg}".replace("needs grad", "needs model.grad")) from None
 
 
 def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:
