@@ -19,9 +19,9 @@ process, each after ``torch.cuda.reset_peak_memory_stats``, and the peak is
 ``torch.cuda.max_memory_allocated``. ``time / plain`` divides a cell's
 seconds per epoch by the plain model's at the same depth. A cell whose
 estimated peak exceeds ``--max-gb`` is skipped (the estimate extrapolates the
-mode's measured cells linearly in depth, or assumes about 3 (plain), 1.5
-(checkpointed) or 0.5 (reversible) ``N x hidden`` float32 tensors per layer
-before any is measured).
+mode's measured cells linearly in depth; before two are measured it assumes
+about 3 (plain), 1.5 (checkpointed) or 0.5 (reversible) ``N x hidden``
+float32 tensors per layer).
 
     python -m benchmarks.bench_depth_memory --layers 7 64 --threads 2 --max-gb 18
     python -m benchmarks.bench_depth_memory --nodes 5000 --modes reversible --layers 1000 --epochs 5
@@ -95,7 +95,7 @@ def run_cell(args, mode: str, layers: int, out_dir: str) -> dict:
 
 def estimate_mb(mode: str, layers: int, measured: list, state_mb: float) -> float:
     """Estimated peak MB of ``mode`` at ``layers``: a line through the mode's
-    measured ``(layers, peak)`` cells, proportional from one, a prior from none."""
+    last two measured ``(layers, peak)`` cells; from one, the prior slope."""
     pts = sorted(measured)
     if len(pts) >= 2:
         (l0, p0), (l1, p1) = pts[-2], pts[-1]
@@ -103,7 +103,7 @@ def estimate_mb(mode: str, layers: int, measured: list, state_mb: float) -> floa
         return p1 + slope * (layers - l1)
     if pts:
         l0, p0 = pts[-1]
-        return p0 * max(layers / l0, 1.0)
+        return p0 + state_mb * PRIOR_STATES_PER_LAYER[mode] * max(layers - l0, 0)
     return state_mb * (BASE_STATES + PRIOR_STATES_PER_LAYER[mode] * layers)
 
 
