@@ -329,3 +329,17 @@ def test_layer_stream_takes_states_in_order():
     stream(0, torch.randn(6, 8))
     with pytest.raises(ValueError, match="expected state 1, got 2"):
         stream(2, torch.randn(6, 8))
+
+
+def test_dirichlet_form_is_reused_and_checks_the_node_count():
+    from wavygraph.diagnostics import DirichletForm
+
+    torch.manual_seed(11)
+    ei = awkward_graph(20, 50, seed=11)
+    form = DirichletForm(ei, 20)
+    for _ in range(2):
+        h = torch.randn(20, 3, dtype=torch.float64)
+        assert form(h) == pytest.approx(ref_dirichlet(h, ei), rel=1e-12)
+    with pytest.raises(ValueError, match="19 rows for a graph of 20 nodes"):
+        form(torch.randn(19, 3))
+    assert DirichletForm(torch.empty(2, 0, dtype=torch.long), 5)(torch.randn(5, 3)) == 0.0

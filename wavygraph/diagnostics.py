@@ -50,8 +50,8 @@ MEASURES = (
 )
 
 
-#: Numbers per float64 block (32 MiB): edges, channels or nodes are taken in
-#: blocks of about this many entries.
+#: Numbers per float64 block (32 MiB): channels or nodes are taken in blocks
+#: of about this many entries.
 BLOCK = 2**22
 
 
@@ -97,6 +97,10 @@ class DirichletForm:
     Args:
         edge_index (torch.Tensor): edges ``(2, E)``.
         num_nodes (int): number of nodes ``N``.
+
+    Shapes:
+        - **input:** h ``(N, d)``
+        - **output:** a float, the energy
     """
 
     def __init__(self, edge_index: Tensor, num_nodes: int):
