@@ -216,3 +216,22 @@ def test_one_line_errors():
         load_config(None, ["model.residual=mix", "model.reversible=true"])
     with pytest.raises(ConfigError, match="set model.gradient_checkpointing=false"):
         load_config(None, base + ["model.gradient_checkpointing=true"])
+
+
+def test_reversible_under_autocast_recomputes_in_the_same_precision():
+    """bfloat16 autocast on the CPU: the backward pass recomputes the force under autocast too;
+    the gradients are those of the stored graph up to bfloat16 rounding."""
+    torch.manual_seed(0)
+    model = WavyDIFFormer(5, 16, 3, num_layers=4, residual="leapfrog", source=True).train()
+    x = _x(torch.float32)
+    grads = []
+    for reversible in (False, True):
+        model.reversible = reversible
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = model(x, EDGES)
+        assert out.dtype == torch.bfloat16
+        out.float().square().sum().backward()
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+    assert torch.isfinite(grads[1]).all()
+    assert (grads[1] - grads[0]).norm() < 0.01 * grads[0].norm()

@@ -69,6 +69,16 @@ def draw_seed() -> int:
     return int(torch.randint(0, 2**62, (1,)).item())
 
 
+def _autocast_state(device: str) -> tuple:
+    """``(device, enabled, dtype)`` of autocast now, to recompute under the same."""
+    try:
+        return device, torch.is_autocast_enabled(device), torch.get_autocast_dtype(device)
+    except (TypeError, AttributeError):  # torch < 2.4: no device argument
+        cuda = device == "cuda"
+        enabled = torch.is_autocast_enabled() if cuda else torch.is_autocast_cpu_enabled()
+        return device, enabled, torch.get_autocast_gpu_dtype() if cuda else torch.get_autocast_cpu_dtype()
+
+
 def _unique(params) -> list:
     seen, out = set(), []
     for p in params:
@@ -87,8 +97,7 @@ class _ReversibleFn(torch.autograd.Function):
                 if stack.hook is not None:
                     stack.hook(i + 1, x)
         ctx.stack, ctx.params = stack, params
-        ctx.autocast = (x.device.type, torch.is_autocast_enabled(x.device.type),
-                        torch.get_autocast_dtype(x.device.type))
+        ctx.autocast = _autocast_state(x.device.type)
         ctx.save_for_backward(x, v, x0)
         return x, v
 
@@ -102,30 +111,30 @@ class _ReversibleFn(torch.autograd.Function):
         grads: list[Tensor | None] = [None] * len(ctx.params)
         x0_leaf = None if x0 is None else x0.detach().requires_grad_(ctx.needs_input_grad[4])
         g_x0 = None
-        device, enabled, dtype = ctx.autocast
-        with torch.autocast(device, dtype=dtype, enabled=enabled):
-            for i in reversed(range(len(ctx.stack.steppers))):
-                x, v, gx, gv, g_layer = _layer_backward(ctx.stack, i, x, v, x0_leaf, gx, gv)
-                for p, g in zip(ctx.stack.layer_params(i), g_layer[:-1]):
-                    k = index[id(p)]
-                    if g is not None:
-                        grads[k] = g if grads[k] is None else grads[k] + g
-                if g_layer[-1] is not None:
-                    g_x0 = g_layer[-1] if g_x0 is None else g_x0 + g_layer[-1]
+        for i in reversed(range(len(ctx.stack.steppers))):
+            x, v, gx, gv, g_layer = _layer_backward(ctx.stack, i, x, v, x0_leaf, gx, gv, ctx.autocast)
+            for p, g in zip(ctx.stack.layer_params(i), g_layer[:-1]):
+                k = index[id(p)]
+                if g is not None:
+                    grads[k] = g if grads[k] is None else grads[k] + g
+            if g_layer[-1] is not None:
+                g_x0 = g_layer[-1] if g_x0 is None else g_x0 + g_layer[-1]
         return (None, None, gx, gv, g_x0, *grads)
 
 
 def _layer_backward(stack: ReversibleStack, i: int, x: Tensor, v: Tensor, x0: Tensor | None, gx: Tensor,
-                    gv: Tensor):
+                    gv: Tensor, autocast: tuple):
     """Layer ``i`` undone and backpropagated: its input ``(x, v)``, the
     gradients of that input and the gradients of the layer's parameters
-    (then of ``x0``) from the output ``(x', v')`` and its gradients."""
+    (then of ``x0``) from the output ``(x', v')`` and its gradients. The
+    force is recomputed under the forward pass's ``autocast`` state."""
     stepper = stack.steppers[i]
     taken = {}
+    device, enabled, dtype = autocast
 
     def force_fn(x_in: Tensor) -> Tensor:  # F(x) with autograd on, kept for the backward of this layer
         taken["x"] = leaf = x_in.detach().requires_grad_(True)
-        with torch.enable_grad():
+        with torch.enable_grad(), torch.autocast(device, dtype=dtype, enabled=enabled):
             taken["f"] = stack.force(i, leaf, x0)
         return taken["f"].detach()
 
