@@ -30,6 +30,7 @@ from wavygraph.data.errors import WavygraphDataError
 from wavygraph.data.files import ARRAY_FORMATS, check_file
 from wavygraph.data.splits import SPLIT_MODES, check_fractions
 from wavygraph.nn.model import DROPOUT_AT, FORCE_SCALES, NORMS, WavyDIFFormer
+from wavygraph.nn.reversible import check_memory_args
 from wavygraph.nn.steppers import STEPPERS, make_stepper
 from wavygraph.nn.steppers.compiled import STEP_IMPLS
 from wavygraph.utils import one_line
@@ -115,6 +116,10 @@ class ModelConfig:
     featscale: bool = False
     step_impl: str = "eager"  # or "compile": torch.compile the step + LayerNorm (same results)
     shared_attention: bool = False  # one attention layer for all steps (parameters independent of depth)
+    # memory in depth (docs/fidelity.md): recompute layers in backward (same scores), or invert them
+    gradient_checkpointing: bool = False  # checkpoint segments of layers in training
+    checkpoint_segments: Optional[int] = None  # number of segments (null: ceil(sqrt(num_layers)))
+    reversible: bool = False  # gradients by inverting the steps, no stored layer state (kinds with an inverse)
     # model.arch and the baselines' own options (wavygraph/train/models.py). A baseline takes
     # num_layers, hidden_channels and dropout (sgformer also heads) and its own keys below;
     # any other model key set away from its default is an error for it.
@@ -334,12 +339,18 @@ def import_modules(names: Sequence[str]) -> None:
 
 
 def _check_residual_options(m: DictConfig) -> None:
-    """The kind's options, checked by building one stepper (its own messages)."""
+    """The kind's options, checked by building one stepper (its own messages),
+    and the memory options that depend on the kind."""
     options = OmegaConf.to_container(m.residual_options, resolve=True)
     try:
         make_stepper(m.residual, 1, **options)
     except (ValueError, TypeError) as exc:
         raise ConfigError(f"model.residual_options: {_keyed_line(exc)}") from None
+    try:  # the memory options, which depend on the kind (model.reversible needs an inverse)
+        check_memory_args(m.residual, m.gradient_checkpointing, m.checkpoint_segments, m.reversible)
+    except ValueError as exc:
+        msg = str(exc).replace("True", "true").replace("False", "false").replace("set grad", "set model.grad")
+        raise ConfigError(f"model.{msg}".replace("needs grad", "needs model.grad")) from None
 
 
 def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:

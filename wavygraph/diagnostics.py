@@ -2,9 +2,12 @@ r"""Over-smoothing diagnostics, per layer (definitions in the table below).
 
 Every measure is a plain function of one layer's hidden states ``H``
 (``(N, d)``) and is usable on its own; :func:`layer_diagnostics` evaluates all
-of them on the hidden states of a :class:`~wavygraph.nn.WavyDIFFormer`
-(``return_hidden=True``). All values are computed in float64 and returned as
-Python floats.
+of them on every layer of a :class:`~wavygraph.nn.WavyDIFFormer` as the
+states pass (:class:`LayerStream`), keeping scalars only. All values are
+computed in float64 and returned as Python floats; the float64 arithmetic runs
+on blocks of channels or nodes (about :data:`BLOCK` numbers each), so
+the working memory is that of ``H`` itself plus a few blocks, never an
+``E x d`` tensor or a float64 copy of ``H``.
 
 ========================= ===================================================
 measure                   definition
@@ -26,9 +29,12 @@ hard) and a cosine similarity that rises to 1.
 """
 from __future__ import annotations
 
+import warnings
+from contextlib import contextmanager
+
 import torch
 from torch import Tensor
-from torch_geometric.utils import degree
+from torch_geometric.utils import to_torch_csr_tensor
 
 from .nn.conv import DIFFormerConv
 from .nn.functional import normalize_qk
@@ -44,11 +50,85 @@ MEASURES = (
 )
 
 
+#: Numbers per float64 block (32 MiB): channels or nodes are taken in blocks
+#: of about this many entries.
+BLOCK = 2**22
+
+
 def _check_h(h: Tensor) -> Tensor:
+    """``h`` detached, in its own dtype (blocks are cast to float64 later)."""
     if not isinstance(h, Tensor) or h.dim() != 2:
         shape = tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__
         raise ValueError(f"hidden states must have shape (N, d), got {shape}")
-    return h.detach().double()
+    return h.detach()
+
+
+def _spans(total: int, per_row: int):
+    """``(start, stop)`` of consecutive blocks of rows, ``per_row`` numbers
+    each row, about :data:`BLOCK` numbers a block."""
+    step = max(1, BLOCK // max(per_row, 1))
+    return ((i, min(i + step, total)) for i in range(0, total, step))
+
+
+def _channel_blocks(h: Tensor):
+    """``h``'s columns in float64 blocks ``(N, b)`` of about :data:`BLOCK`
+    numbers, each a copy (free to change in place)."""
+    for c0, c1 in _spans(h.shape[1], h.shape[0]):
+        yield h[:, c0:c1].to(torch.float64, copy=True)
+
+
+class DirichletForm:
+    r"""The Dirichlet energy of :func:`dirichlet_energy` on one graph as a
+    quadratic form, built once and evaluated on any number of states.
+
+    With :math:`\hat h_i = h_i/\sqrt{1+d_i}` and :math:`A_{ij}` the number of
+    columns ``(i, j)`` of ``edge_index``,
+
+    .. math::
+        N E = \sum_i (d^{out}_i + d^{in}_i)\lVert\hat h_i\rVert^2
+              - 2\sum_i \hat h_i \cdot (A\hat h)_i ,
+
+    one sparse product per block of channels, in float64. The differences are
+    unchanged by a shift of every :math:`\hat h_i` by the same vector, so
+    :math:`\hat h` is centred (its mean over the nodes subtracted) first:
+    states that differ little from node to node lose no digits to the
+    cancellation.
+
+    Args:
+        edge_index (torch.Tensor): edges ``(2, E)``.
+        num_nodes (int): number of nodes ``N``.
+
+    Shapes:
+        - **input:** h ``(N, d)``
+        - **output:** a float, the energy
+    """
+
+    def __init__(self, edge_index: Tensor, num_nodes: int):
+        self.num_nodes = num_nodes
+        self.empty = num_nodes == 0 or edge_index.numel() == 0
+        if self.empty:
+            return
+        src, dst = edge_index[0].long(), edge_index[1].long()
+        out_deg = torch.bincount(src, minlength=num_nodes).double()  # (N,)
+        self.scale = (1.0 + out_deg).sqrt().unsqueeze(-1)  # (N, 1)
+        self.weight = (out_deg + torch.bincount(dst, minlength=num_nodes).double()).unsqueeze(-1)  # (N, 1)
+        ones = torch.ones(src.numel(), dtype=torch.float64, device=src.device)
+        with warnings.catch_warnings():  # torch's "sparse CSR is beta" notice
+            warnings.simplefilter("ignore", UserWarning)
+            self.adj = to_torch_csr_tensor(torch.stack([src, dst]), ones, size=(num_nodes, num_nodes))
+
+    def __call__(self, h: Tensor) -> float:
+        h = _check_h(h)
+        if h.shape[0] != self.num_nodes:
+            raise ValueError(f"hidden states have {h.shape[0]} rows for a graph of {self.num_nodes} nodes")
+        if self.empty:
+            return 0.0
+        total = 0.0
+        for block in _channel_blocks(h):  # (N, b) float64
+            block = block.div_(self.scale)
+            block -= block.mean(0)
+            total += float((block * block * self.weight).sum() - 2.0 * (block * (self.adj @ block)).sum())
+        return max(total, 0.0) / self.num_nodes
 
 
 def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
@@ -61,7 +141,8 @@ def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
     Every column ``(i, j)`` of ``edge_index`` is one term, so an undirected
     graph stored with both directions (PyG's convention) counts each edge
     twice. :math:`d_i` is the number of columns with source ``i`` (the degree,
-    for such a graph), computed with :func:`torch_geometric.utils.degree`.
+    for such a graph). Computed as a quadratic form (:class:`DirichletForm`):
+    one sparse product, no ``E x d`` tensor of differences.
 
     Args:
         h (torch.Tensor): hidden states ``(N, d)``.
@@ -70,15 +151,7 @@ def dirichlet_energy(h: Tensor, edge_index: Tensor) -> float:
     Returns:
         float: the energy (0 for a graph without edges or nodes).
     """
-    h = _check_h(h)
-    n = h.shape[0]
-    if n == 0 or edge_index.numel() == 0:
-        return 0.0
-    src, dst = edge_index[0].long(), edge_index[1].long()
-    deg = degree(src, n, dtype=h.dtype)  # (N,)
-    hn = h / (1.0 + deg).sqrt().unsqueeze(-1)  # (N, d)
-    diff = hn[src] - hn[dst]  # (E, d)
-    return float(diff.pow(2).sum() / n)
+    return DirichletForm(edge_index, _check_h(h).shape[0])(h)
 
 
 def feature_variance(h: Tensor) -> float:
@@ -91,9 +164,10 @@ def feature_variance(h: Tensor) -> float:
         h (torch.Tensor): hidden states ``(N, d)``.
     """
     h = _check_h(h)
-    if h.shape[0] == 0:
+    if h.shape[0] == 0 or h.shape[1] == 0:
         return float("nan")
-    return float(h.var(dim=0, unbiased=False).mean())
+    total = sum(float(b.var(dim=0, unbiased=False).sum()) for b in _channel_blocks(h))
+    return total / h.shape[1]
 
 
 def inter_class_variance(h: Tensor, y: Tensor) -> float:
@@ -113,15 +187,19 @@ def inter_class_variance(h: Tensor, y: Tensor) -> float:
         y = y.view(-1)
     if y.dim() != 1 or y.numel() != h.shape[0] or y.dtype.is_floating_point:
         raise ValueError(f"y must hold one integer class per node ({h.shape[0]}), got shape {tuple(y.shape)}, dtype {y.dtype}")
+    y = y.long()
     keep = y >= 0
-    h, y = h[keep], y[keep].long()
-    if y.numel() == 0:
+    if not bool(keep.any()):
         return float("nan")
-    classes, inverse = torch.unique(y, return_inverse=True)
-    counts = torch.bincount(inverse, minlength=classes.numel()).to(h.dtype)  # (C,)
-    sums = torch.zeros(classes.numel(), h.shape[1], dtype=h.dtype).index_add_(0, inverse, h)
-    means = sums / counts.unsqueeze(-1)  # (C, d)
-    return float(means.var(dim=0, unbiased=False).sum())
+    classes = torch.unique(y[keep])  # (C,)
+    # class of every node as 0..C-1, unlabelled nodes into an extra bucket C that is dropped
+    slot = torch.where(keep, torch.searchsorted(classes, y.clamp_min(0)), classes.numel())  # (N,)
+    counts = torch.bincount(slot, minlength=classes.numel() + 1)[:-1].double().unsqueeze(-1)  # (C, 1)
+    total = 0.0
+    for block in _channel_blocks(h):  # (N, b)
+        sums = block.new_zeros(classes.numel() + 1, block.shape[1]).index_add_(0, slot, block)[:-1]
+        total += float((sums / counts).var(dim=0, unbiased=False).sum())  # class means (C, b)
+    return total
 
 
 def cosine_similarity(h: Tensor) -> float:
@@ -146,9 +224,12 @@ def cosine_similarity(h: Tensor) -> float:
     n = h.shape[0]
     if n < 2:
         return float("nan")
-    unit = torch.nn.functional.normalize(h, dim=-1)  # (N, d)
-    total = unit.sum(0)  # (d,)
-    return float((total.dot(total) - unit.pow(2).sum()) / (n * (n - 1)))
+    sq = sum(b.pow(2).sum(1) for b in _channel_blocks(h))  # (N,) squared row norms
+    if not isinstance(sq, Tensor):  # no channels
+        return 0.0
+    denom = sq.sqrt().clamp_min(1e-12).unsqueeze(-1)  # (N, 1), F.normalize's eps
+    total = torch.cat([(b / denom).sum(0) for b in _channel_blocks(h)])  # (d,) = sum_i h^_i
+    return float((total.dot(total) - (sq / denom.squeeze(-1).pow(2)).sum()) / (n * (n - 1)))
 
 
 def attention_qk(conv: DIFFormerConv, x: Tensor) -> tuple[Tensor, Tensor]:
@@ -194,7 +275,8 @@ def spectral_gap(q: Tensor, k: Tensor) -> float:
     :math:`N \ge 2` the second-largest modulus of :math:`M` is
     :math:`|\lambda_2(A)|` whether :math:`N` is larger or smaller than
     :math:`d+1`. :math:`A` is row-stochastic, so :math:`|\lambda_1| = 1`.
-    Cost :math:`O(Nd^2 + d^3)`, float64.
+    Cost :math:`O(Nd^2 + d^3)`, float64 on blocks of nodes (:math:`M` is a
+    sum over the nodes), so no float64 copy of ``q`` or ``k``.
 
     Args:
         q (torch.Tensor): normalised queries :math:`\tilde Q` ``(N, D)``.
@@ -208,13 +290,19 @@ def spectral_gap(q: Tensor, k: Tensor) -> float:
     n = q.shape[0]
     if n < 2:
         return float("nan")
-    q = q.detach().double()
-    k = k.detach().double()
-    ones = q.new_ones(n, 1)
-    qa = torch.cat([ones, q], dim=1)  # (N, D+1)
-    ka = torch.cat([ones, k], dim=1)  # (N, D+1)
-    row_sum = qa @ ka.sum(0)  # (N,) = N + q~_i . sum_j k~_j
-    m = ka.T @ (qa / row_sum.unsqueeze(-1))  # (D+1, D+1)
+    q, k = q.detach(), k.detach()
+
+    def augmented(t: Tensor, i0: int, i1: int) -> Tensor:  # [1, t] rows i0..i1 in float64, (b, D+1)
+        block = t[i0:i1].double()
+        return torch.cat([block.new_ones(i1 - i0, 1), block], dim=1)
+
+    spans = list(_spans(n, q.shape[1] + 1))
+    k_sum = sum(augmented(k, i0, i1).sum(0) for i0, i1 in spans)  # (D+1,) = [N, sum_j k~_j]
+    m = q.new_zeros(q.shape[1] + 1, q.shape[1] + 1, dtype=torch.float64)  # (D+1, D+1)
+    for i0, i1 in spans:
+        qa = augmented(q, i0, i1)
+        row_sum = qa @ k_sum  # (b,) = N + q~_i . sum_j k~_j
+        m += augmented(k, i0, i1).T @ (qa / row_sum.unsqueeze(-1))
     moduli = torch.linalg.eigvals(m).abs().sort(descending=True).values
     second = float(moduli[1]) if moduli.numel() > 1 else 0.0
     return 1.0 - second
@@ -230,10 +318,83 @@ def layer_spectral_gap(conv: DIFFormerConv, x: Tensor) -> float:
     return sum(spectral_gap(q[:, h], k[:, h]) for h in range(conv.heads)) / conv.heads
 
 
+def _class_labels(y: Tensor | None) -> Tensor | None:
+    """``y`` as one class per node ``(N,)``, or ``None`` for multi-label or
+    float targets (no inter-class variance then)."""
+    if y is not None and y.dim() == 2 and y.shape[1] == 1 and not y.dtype.is_floating_point:
+        y = y.view(-1)
+    return y if y is not None and y.dim() == 1 and not y.dtype.is_floating_point else None
+
+
+class LayerStream:
+    r"""Every measure of :func:`layer_diagnostics`, accumulated as a forward
+    pass runs, keeping scalars only.
+
+    Call it with ``(i, h_i)`` for ``i = 0, 1, ..., L`` in order (the input
+    embedding, then every layer's output): it is the ``layer_hook`` of
+    :class:`~wavygraph.nn.WavyDIFFormer`, and each call appends one value of
+    every state measure. Inside :meth:`watch`, every call of an attention
+    layer of ``model`` appends the spectral gap of that layer on the input it
+    really receives (the state, or its norm for a pre-norm kind such as
+    ``leapfrog``). No state is kept: the memory is that of the forward pass
+    and the blocks of the measures.
+
+    Args:
+        model (WavyDIFFormer): the model whose ``convs`` give the spectral gaps.
+        edge_index (torch.Tensor): edges ``(2, E)`` for the Dirichlet energy.
+        y (torch.Tensor, optional): classes ``(N,)`` or ``(N, 1)`` for the
+            inter-class variance; other targets leave it out. (default: :obj:`None`)
+
+    Shapes:
+        - **input:** i ``int``, h_i ``(N, C)``
+    """
+
+    def __init__(self, model, edge_index: Tensor, y: Tensor | None = None):
+        self.model = model
+        self.edge_index = edge_index
+        self.dirichlet: DirichletForm | None = None  # built at the first state (its N)
+        self.y = _class_labels(y)
+        self.values: dict[str, list[float]] = {name: [] for name in MEASURES}
+        if self.y is None:
+            del self.values["inter_class_variance"]
+
+    @torch.no_grad()
+    def __call__(self, i: int, h: Tensor) -> None:
+        v = self.values
+        if i != len(v["feature_variance"]):
+            raise ValueError(f"states must come in order 0, 1, ...: expected state {len(v['feature_variance'])}, got {i}")
+        if self.dirichlet is None:
+            self.dirichlet = DirichletForm(self.edge_index, h.shape[0])
+        v["dirichlet_energy"].append(self.dirichlet(h))
+        v["feature_variance"].append(feature_variance(h))
+        if self.y is not None:
+            v["inter_class_variance"].append(inter_class_variance(h, self.y))
+        v["cosine_similarity"].append(cosine_similarity(h))
+
+    @torch.no_grad()
+    def _attention_hook(self, conv: DIFFormerConv, args: tuple) -> None:
+        self.values["spectral_gap"].append(layer_spectral_gap(conv, args[0].detach()))
+
+    @contextmanager
+    def watch(self):
+        """Measure the spectral gap of every attention call of the model
+        while inside (forward pre-hooks on its distinct ``convs``)."""
+        handles = [conv.register_forward_pre_hook(self._attention_hook) for conv in dict.fromkeys(self.model.convs)]
+        try:
+            yield self
+        finally:
+            for handle in handles:
+                handle.remove()
+
+
 @torch.no_grad()
 def layer_diagnostics(model, data) -> dict[str, list[float]]:
     r"""Every measure, per layer, of a :class:`~wavygraph.nn.WavyDIFFormer`
     on one graph, in eval mode (the model's mode is restored afterwards).
+
+    The measures are taken as the states pass (:class:`LayerStream` as the
+    model's ``layer_hook``): the working memory is that of one evaluation
+    forward, whatever the depth.
 
     Args:
         model (WavyDIFFormer): the model.
@@ -248,26 +409,15 @@ def layer_diagnostics(model, data) -> dict[str, list[float]]:
         with ``num_layers + 1`` values each (index 0 is the input embedding,
         index ``l`` the output of layer ``l``); ``spectral_gap`` with
         ``num_layers`` values (entry ``l - 1`` is the attention of layer
-        ``l``, which acts on the states at index ``l - 1``), the mean over
-        heads, global branch only.
+        ``l``, which acts on the states at index ``l - 1``, or on their norm
+        for a pre-norm kind), the mean over heads, global branch only.
     """
     was_training = model.training
     model.eval()
+    stream = LayerStream(model, data.edge_index, getattr(data, "y", None))
     try:
-        _, hidden = model(data.x, data.edge_index, return_hidden=True)
-        edge_index = data.edge_index
-        y = getattr(data, "y", None)
-        if y is not None and y.dim() == 2 and y.shape[1] == 1 and not y.dtype.is_floating_point:
-            y = y.view(-1)
-        classes = y is not None and y.dim() == 1 and not y.dtype.is_floating_point
-        out: dict[str, list[float]] = {
-            "dirichlet_energy": [dirichlet_energy(h, edge_index) for h in hidden],
-            "feature_variance": [feature_variance(h) for h in hidden],
-        }
-        if classes:
-            out["inter_class_variance"] = [inter_class_variance(h, y) for h in hidden]
-        out["cosine_similarity"] = [cosine_similarity(h) for h in hidden]
-        out["spectral_gap"] = [layer_spectral_gap(conv, h) for conv, h in zip(model.convs, hidden)]
+        with stream.watch():
+            model(data.x, data.edge_index, layer_hook=stream)
     finally:
         model.train(was_training)
-    return out
+    return stream.values

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import partial
+from typing import Callable, NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -10,17 +11,30 @@ from torch import Tensor, nn
 
 from wavygraph.checks import check_positive_int
 
+from . import checkpointing, reversible as rev
 from .conv import DIFFormerConv
 from .featscale import FeatScale
 from .graph import as_adjacency
 from .joint_ffn import JointFFN
 from .joint_norm import NORMS
+from .steppers.leapfrog import graph_layer_norm
 from .steppers import STEPPERS, Stepper, StepState, make_stepper
 from .steppers.compiled import STEP_IMPLS
 from .validate import InputError, check_choice, check_inputs
 
 DROPOUT_AT = ("state", "force")
 FORCE_SCALES = ("fixed", "rezero")
+
+
+class LayerInputs(NamedTuple):
+    """What every layer reads besides the state: the propagation matrix,
+    the batch vector, the source ``x0`` (or None) and the dropout seed of a
+    pre-norm kind's forward pass (None: no dropout)."""
+
+    adj: Optional[Tensor]
+    batch: Optional[Tensor]
+    x0: Optional[Tensor]
+    seed: Optional[int]
 
 
 class WavyDIFFormer(nn.Module):
@@ -122,6 +136,26 @@ class WavyDIFFormer(nn.Module):
             package's own option, after GCNII's shared weights); the norms
             and the steppers' own parameters stay per layer.
             (default: :obj:`False`)
+        gradient_checkpointing (bool, optional): in training with autograd
+            on, keep only the input state of each segment of layers and
+            recompute the segment in backward
+            (:mod:`wavygraph.nn.checkpointing`); same gradients, one more
+            forward pass. (default: :obj:`False`)
+        checkpoint_segments (int, optional): the number of checkpointed
+            segments; :obj:`None` takes ``ceil(sqrt(num_layers))``. Only with
+            ``gradient_checkpointing=True``. (default: :obj:`None`)
+        reversible (bool, optional): in training with autograd on, compute
+            the gradients by inverting the steps, storing no layer's state
+            (:mod:`wavygraph.nn.reversible`); only for the kinds with an
+            inverse (``leapfrog``), and not with ``gradient_checkpointing``
+            (which it makes useless). (default: :obj:`False`)
+
+    A kind with ``pre_norm = True`` (``leapfrog``,
+    :class:`~wavygraph.nn.steppers.leapfrog.LeapfrogStepper`) takes the layer's norms
+    inside its force and nothing after the step: the model skips the
+    post-step norm, adds the FFN to the force, applies the per-layer dropout
+    inside the force with seeded masks and puts a final norm before the
+    output layer, so that every step stays invertible.
 
     Shapes:
         - **input:** x ``(N, in_channels)``, edge_index ``(2, E)``,
@@ -129,6 +163,11 @@ class WavyDIFFormer(nn.Module):
         - **output:** ``(N, out_channels)``; with ``return_hidden=True``
           also a list of ``num_layers + 1`` tensors ``(N, C)``: the input
           embedding, then every layer's output
+
+    ``forward(..., layer_hook=fn)`` calls ``fn(i, x_i)`` with ``i = 0`` and
+    the input embedding, then after every layer ``i = 1..L`` with its output
+    state ``x_i (N, C)``, in every mode (plain, checkpointed, reversible,
+    evaluation); only ``return_hidden=True`` keeps a list of the states.
     """
 
     def __init__(
@@ -160,11 +199,19 @@ class WavyDIFFormer(nn.Module):
         featscale: bool = False,
         step_impl: str = "eager",
         shared_attention: bool = False,
+        gradient_checkpointing: bool = False,
+        checkpoint_segments: int | None = None,
+        reversible: bool = False,
     ):
         super().__init__()
         self._check_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
                          (input_dropout, dropout, layer_dropout), dropout_at, force_scale, norm, step_impl,
                          source, source_weight)
+        rev.check_memory_args(residual, gradient_checkpointing, checkpoint_segments, reversible)
+        self.gradient_checkpointing = gradient_checkpointing
+        self.checkpoint_segments = checkpoint_segments
+        self.reversible = reversible
+        self.pre_norm = bool(getattr(STEPPERS[residual], "pre_norm", False))
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
         self.out_channels = out_channels
@@ -200,6 +247,7 @@ class WavyDIFFormer(nn.Module):
         self.featscales = nn.ModuleList(FeatScale(hidden_channels) for _ in range(num_layers) if featscale)
         # ReZero's per-layer force scale alpha_l (starts at 0)
         self.alpha = nn.Parameter(torch.empty(num_layers)) if force_scale == "rezero" else None
+        self.final_norm = norm_cls(hidden_channels) if self.pre_norm else None  # pre-norm: the state's only norm
         self.output = nn.Linear(hidden_channels, out_channels)
         self.reset_parameters()
 
@@ -268,7 +316,11 @@ class WavyDIFFormer(nn.Module):
         x, v = norm(state.x + fx, None if v is None else v + fv)
         return StepState(x, v if stepper.v_is_derivative else state.v)
 
-    def _layer(self, i: int, state: StepState, adj, batch: Tensor | None, x0: Tensor | None) -> StepState:
+    def _layer(self, i: int, state: StepState, inputs: LayerInputs) -> StepState:
+        adj, batch, x0 = inputs.adj, inputs.batch, inputs.x0
+        stepper = self.steppers[i]
+        if self.pre_norm:
+            return stepper(state, self._prenorm_force(i, state.x, inputs, x0))
         out = self.convs[i](state.x, adj, batch)  # A x, (N, C)
         if self.featscales:
             out = self.featscales[i](out, batch)
@@ -277,11 +329,78 @@ class WavyDIFFormer(nn.Module):
         force = out - state.x  # F = A x - x
         if self.alpha is not None:
             force = self.alpha[i] * force
-        stepper = self.steppers[i]
         state = stepper.step_and_norm(state, force, self._norm_fn(self.norms[i], batch, x0), self.step_impl)
         if self.ffns:
             state = self._ffn(i, state, stepper, self._norm_fn(self.ffn_norms[i], batch, None))
         return self._state_dropout(state, stepper)
+
+    def _prenorm_force(self, i: int, x: Tensor, inputs: LayerInputs, x0: Tensor | None) -> Tensor:
+        """The force of a pre-norm kind, a function of ``x`` (and ``x0``)
+        alone (:class:`~wavygraph.nn.steppers.leapfrog.LeapfrogStepper`)."""
+        p, seed, state_drop = self.layer_dropout, inputs.seed, self.dropout_at == "state"
+        z = self._prenorm(self.norms[i], x, inputs.batch)  # Z = N(X)
+        zin = rev.seeded_dropout(z, p, seed, 3 * i) if state_drop else z
+        out = self.convs[i](zin, inputs.adj, inputs.batch)  # A(Z) Z
+        if self.featscales:
+            out = self.featscales[i](out, inputs.batch)
+        if not state_drop:
+            out = rev.seeded_dropout(out, p, seed, 3 * i + 1)
+        force = out - zin
+        if self.alpha is not None:
+            force = self.alpha[i] * force
+        if x0 is not None:  # a spring toward the input embedding: w (X_0 - Z)
+            force = force + (x0 - self.source_weight * z)
+        if self.ffns:
+            zf = self._prenorm(self.ffn_norms[i], x, inputs.batch)
+            fx = self.ffns[i](rev.seeded_dropout(zf, p, seed, 3 * i + 2) if state_drop else zf, None)[0]
+            force = force + (fx if state_drop else rev.seeded_dropout(fx, p, seed, 3 * i + 2))
+        return force
+
+    def _prenorm(self, norm: nn.Module, x: Tensor, batch: Tensor | None) -> Tensor:
+        """A pre-norm kind's norm: ``norm="layer"`` pools the variance over
+        each graph (:func:`~wavygraph.nn.steppers.leapfrog.graph_layer_norm`)."""
+        if isinstance(norm, NORMS["layer"]):
+            return graph_layer_norm(x, norm.weight, norm.bias, norm.eps, batch)
+        return self._norm_fn(norm, batch, None)(x, None)[0]
+
+    def _layer_params(self, i: int) -> list:
+        """The parameters layer ``i`` uses (its force's and its stepper's)."""
+        mods = [self.convs[i], self.norms[i], self.steppers[i]]
+        mods += [m[i] for m in (self.featscales, self.ffns, self.ffn_norms) if len(m)]
+        params = [p for m in mods for p in m.parameters()]
+        return params + ([self.alpha] if self.alpha is not None else [])
+
+    def _embed(self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None) -> tuple[Tensor, LayerInputs]:
+        """The input embedding ``X_0 (N, C)`` and what every layer reads."""
+        n = check_inputs(x, self.in_channels, edge_index, batch, self.use_graph)  # x, edges (if needed), batch
+        adj = None
+        if self.use_graph:
+            adj = as_adjacency(edge_index, n, x.dtype)
+        h = self.input(F.dropout(x, self.input_dropout, self.training))  # (N, C)
+        if self.input_norm is not None:
+            h = self.input_norm(h)
+        h = F.dropout(F.relu(h), self.dropout, self.training)
+        x0 = self.source_weight * h if self.source else None  # 1.0 * h == h exactly
+        seeded = self.pre_norm and self.training and self.layer_dropout > 0.0
+        return h, LayerInputs(adj, batch, x0, rev.draw_seed() if seeded else None)
+
+    def _reversible_stack(self, inputs: LayerInputs, hook) -> rev.ReversibleStack:
+        """The layers as :mod:`~wavygraph.nn.reversible` takes them (a pre-norm, invertible kind)."""
+        force = lambda i, x, x0: self._prenorm_force(i, x, inputs, x0)  # noqa: E731
+        return rev.ReversibleStack(list(self.steppers), force, self._layer_params, hook)
+
+    def _stack(self, h: Tensor, inputs: LayerInputs, hook) -> StepState:
+        """The ``num_layers`` layers from ``X_0 = h``: plain, checkpointed
+        or reversible (the last two in training with autograd on only)."""
+        state = self.steppers[0].init(h)
+        layer = partial(self._layer, inputs=inputs)
+        memory_mode = self.training and torch.is_grad_enabled()
+        if memory_mode and self.reversible:
+            stack = self._reversible_stack(inputs, hook)
+            return StepState(*rev.reversible_stack(stack, state.x, state.v, inputs.x0))
+        if memory_mode and self.gradient_checkpointing:
+            return checkpointing.run_checkpointed(layer, state, self.num_layers, self.checkpoint_segments, hook)
+        return checkpointing.run_layers(layer, state, 0, self.num_layers, hook)
 
     def forward(
         self,
@@ -289,23 +408,16 @@ class WavyDIFFormer(nn.Module):
         edge_index: Tensor | None = None,
         batch: Tensor | None = None,
         return_hidden: bool = False,
+        layer_hook: Callable[[int, Tensor], None] | None = None,
     ):
-        n = check_inputs(x, self.in_channels, edge_index, batch, self.use_graph)  # x, edges (if needed), batch
-        adj = None
-        if self.use_graph:
-            adj = as_adjacency(edge_index, n, x.dtype)
-
-        h = self.input(F.dropout(x, self.input_dropout, self.training))  # (N, C)
-        if self.input_norm is not None:
-            h = self.input_norm(h)
-        h = F.dropout(F.relu(h), self.dropout, self.training)
-        state = self.steppers[0].init(h)
-        x0 = self.source_weight * h if self.source else None  # 1.0 * h == h exactly
-        hidden = [h]
-        for i in range(self.num_layers):
-            state = self._layer(i, state, adj, batch, x0)
-            hidden.append(state.x)
-        out = self.output(state.x)  # (N, out_channels)
+        h, inputs = self._embed(x, edge_index, batch)
+        hidden = [] if return_hidden else None
+        hook = checkpointing.with_hidden(layer_hook, hidden)
+        if hook is not None:
+            hook(0, h)
+        state = self._stack(h, inputs, hook)
+        x_out = state.x if self.final_norm is None else self._norm_fn(self.final_norm, batch, None)(state.x, None)[0]
+        out = self.output(x_out)  # (N, out_channels)
         return (out, hidden) if return_hidden else out
 
     def __repr__(self) -> str:
@@ -313,3 +425,4 @@ class WavyDIFFormer(nn.Module):
             f"{self.__class__.__name__}({self.in_channels}, {self.hidden_channels}, "
             f"{self.out_channels}, num_layers={self.num_layers}, residual={self.residual!r})"
         )
+

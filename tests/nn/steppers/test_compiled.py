@@ -45,7 +45,13 @@ def _ref_light_wave_joint(x, d, f, tau, lam, w, b, eps):
     return _joint_ln(x + d, d, w, b, eps)
 
 
+def _ref_leapfrog(x, v, f, tau, lam, w, b, eps):
+    v = v + tau * f  # the norm acts inside the force: none after the step
+    return x + tau * v, v
+
+
 REFERENCES = {
+    "leapfrog": _ref_leapfrog,
     "diffusion": _ref_diffusion,
     "wave": _ref_wave,
     "mix": _ref_mix,

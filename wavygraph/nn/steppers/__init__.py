@@ -16,6 +16,7 @@ wave              ``Y' = Y + tau F;  X' = X + tau Y'``  (symplectic Euler)      
 mix               ``Y' = lam (Y + tau F) + (1 - lam) F;  X' = X + tau Y'``          the authors' BERT code
 light_wave        ``X' = X + tau F + lam (X - X_prev)``, ``X_prev`` of layer 0 = X  the paper (Light Wave)
 light_wave_joint  ``D' = lam D + tau F;  X' = X + D'``, ``D`` through the joint norm this package's own
+leapfrog          ``Y' = Y + tau F(X);  X' = X + tau Y'``, norm inside F (invertible) this package's own
 ================= ================================================================ ======================
 
 ``lam = sigmoid(theta)``, ``theta`` one learnable entry per channel and layer.
@@ -37,6 +38,7 @@ and the tests find it in :data:`STEPPERS`.
 """
 from .base import LearnableLamStepper, Norm, Stepper, StepState
 from .diffusion import DiffusionStepper
+from .leapfrog import LeapfrogStepper
 from .light_wave import LightWaveStepper
 from .light_wave_joint import JointLightWaveStepper
 from .mix import MixStepper
@@ -58,6 +60,7 @@ BUILTIN_STEPPERS = (
     ("mix", MixStepper),
     ("light_wave", LightWaveStepper),
     ("light_wave_joint", JointLightWaveStepper),
+    ("leapfrog", LeapfrogStepper),
 )
 for _name, _cls in BUILTIN_STEPPERS:
     register_stepper(_name, _cls)
@@ -75,6 +78,7 @@ __all__ = [
     "MixStepper",
     "LightWaveStepper",
     "JointLightWaveStepper",
+    "LeapfrogStepper",
     "get_stepper",
     "make_stepper",
     "plugin_modules",
