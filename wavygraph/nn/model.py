@@ -15,7 +15,7 @@ from .featscale import FeatScale
 from .fused import STEP_IMPLS
 from .graph import gcn_adjacency
 from .joint import JointFFN, JointIdentity, JointLayerNorm, JointPairNorm
-from .leapfrog import graph_layer_norm
+from .prenorm import graph_layer_norm
 from .steppers import STEPPERS, Stepper, StepState, make_stepper
 from .validate import InputError, check_choice, check_inputs
 
@@ -357,7 +357,7 @@ class WavyDIFFormer(nn.Module):
 
     def _prenorm(self, norm: nn.Module, x: Tensor, batch: Tensor | None) -> Tensor:
         """A pre-norm kind's norm: ``norm="layer"`` pools the variance over
-        each graph (:func:`~wavygraph.nn.leapfrog.graph_layer_norm`)."""
+        each graph (:func:`~wavygraph.nn.prenorm.graph_layer_norm`)."""
         if isinstance(norm, JointLayerNorm):
             return graph_layer_norm(x, norm.weight, norm.bias, norm.eps, batch)
         return self._norm_fn(norm, batch, None)(x, None)[0]
