@@ -17,7 +17,7 @@ from .featscale import FeatScale
 from .graph import as_adjacency
 from .joint_ffn import JointFFN
 from .joint_norm import NORMS
-from .steppers.leapfrog import graph_layer_norm
+from .prenorm import graph_layer_norm
 from .steppers import STEPPERS, Stepper, StepState, make_stepper
 from .steppers.compiled import STEP_IMPLS
 from .validate import InputError, check_choice, check_inputs
@@ -358,7 +358,7 @@ class WavyDIFFormer(nn.Module):
 
     def _prenorm(self, norm: nn.Module, x: Tensor, batch: Tensor | None) -> Tensor:
         """A pre-norm kind's norm: ``norm="layer"`` pools the variance over
-        each graph (:func:`~wavygraph.nn.steppers.leapfrog.graph_layer_norm`)."""
+        each graph (:func:`~wavygraph.nn.prenorm.graph_layer_norm`)."""
         if isinstance(norm, NORMS["layer"]):
             return graph_layer_norm(x, norm.weight, norm.bias, norm.eps, batch)
         return self._norm_fn(norm, batch, None)(x, None)[0]

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from wavygraph.config import ConfigError, load_config
 from wavygraph.nn import STEPPERS, LeapfrogStepper, StepState, WavyDIFFormer, make_stepper
 from wavygraph.nn.joint_norm import JointPairNorm
-from wavygraph.nn.steppers.leapfrog import graph_layer_norm
+from wavygraph.nn.prenorm import graph_layer_norm
 from wavygraph.nn.reversible import invertible_kinds, rebuild, reconstruction_error, seeded_dropout
 from wavygraph.nn.validate import InputError
 

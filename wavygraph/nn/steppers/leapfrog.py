@@ -8,40 +8,9 @@ from typing import Callable
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import scatter
 
 from .base import Norm, StepState
 from .wave import WaveStepper
-
-
-def graph_layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5,
-                     batch: Tensor | None = None) -> Tensor:
-    r"""The pre-norm of ``leapfrog`` under ``norm="layer"``: PairNorm's
-    statistics (`Zhao and Akoglu, ICLR 2020 <https://arxiv.org/abs/1909.12223>`_),
-    taken over each graph's nodes, with the LayerNorm's learnable scale and
-    shift,
-
-    .. math::
-        N(X)_i = \gamma \odot \frac{x_i - \bar{x}}{\sqrt{\epsilon
-            + \frac{1}{|G|}\sum_{j \in G} \|x_j - \bar{x}\|^2}} + \beta,
-        \qquad \bar{x} = \frac{1}{|G|}\sum_{j \in G} x_j,
-
-    :math:`G` node :math:`i`'s graph (``batch``). One scale per graph, so
-    the force's stiffness is the same for every node (see
-    :class:`LeapfrogStepper`); with :math:`\gamma = 1, \beta = 0` it is
-    :class:`~wavygraph.nn.joint_norm.JointPairNorm`'s state map.
-
-    Shapes:
-        - **input:** x ``(N, C)``, weight and bias ``(C,)``, batch ``(N,)`` (optional)
-        - **output:** ``(N, C)``
-    """
-    if batch is None:
-        xc = x - x.mean(0, keepdim=True)
-        ms = xc.pow(2).sum(-1).mean()
-    else:
-        xc = x - scatter(x, batch, dim=0, reduce="mean").index_select(0, batch)
-        ms = scatter(xc.pow(2).sum(-1, keepdim=True), batch, dim=0, reduce="mean").index_select(0, batch)
-    return torch.addcmul(bias, xc * torch.rsqrt(ms + eps), weight)
 
 
 class LeapfrogStepper(WaveStepper):
@@ -55,15 +24,25 @@ class LeapfrogStepper(WaveStepper):
             + w\,(X_0 - Z) + \mathrm{FFN}_\ell(N'_\ell(X)), \\
         Y' &= Y + \tau F_\ell(X), \qquad X' = X + \tau Y', \qquad Y_0 = 0,
 
-    :math:`A_\ell(Z) Z` the layer's attention output (local branch, FeatScale
-    and the force dropout included), :math:`\alpha_\ell` the force scale (1,
+    :math:`N_\ell` the layer's norm taken with the statistics of the graph,
+    not of each node (``norm="layer"``: PairNorm's centring and scale with
+    the LayerNorm's :math:`\gamma, \beta`,
+    :func:`~wavygraph.nn.prenorm.graph_layer_norm`; ``"pair"``: PairNorm;
+    ``"none"``: none), :math:`A_\ell(Z) Z` the layer's attention output (local
+    branch, FeatScale and the force dropout included), :math:`\alpha_\ell` the force scale (1,
     or ReZero's), the source term only with ``source=True`` (:math:`w` the
     ``source_weight``) and the FFN term only with ``ffn=True``
     (:math:`N'_\ell` the FFN's own norm; GPT-J's parallel block). The
     source term is a spring toward the input embedding: with a fixed linear
     :math:`A` and no norm the layers oscillate around
-    :math:`X^* = w\,((1 + w) I - A)^{-1} X_0`, APPNP's propagated features,
-    the point that diffusion with the source term converges to.
+    :math:`X^* = w\,((1 + w) I - A)^{-1} X_0`, APPNP's propagated features
+    with teleport probability :math:`w / (1 + w)`.
+
+    Why the graph's statistics: a per-node LayerNorm gives node :math:`i`
+    the stiffness :math:`\gamma / \sigma_i`, so where a node's spread
+    :math:`\sigma_i` is small :math:`\tau^2 \gamma / \sigma_i` exceeds
+    leapfrog's stability bound 4 and the node oscillates with growing
+    amplitude; one scale per graph gives every node the same stiffness.
 
     Every term of the force is a function of :math:`X` alone, so the step
     is an additive coupling of :math:`(X, Y)` and its inverse is exact up to
