@@ -53,6 +53,7 @@ def build(impl: str, data, args, step_impl: str = "eager"):
 
     from wavygraph.nn import WavyDIFFormer
     from wavygraph.nn.graph import gcn_adjacency
+    from wavygraph.nn.model import DIFFORMER_ARGS
 
     torch.manual_seed(0)
     f, c = data.num_features, int(data.y.max()) + 1
@@ -65,8 +66,9 @@ def build(impl: str, data, args, step_impl: str = "eager"):
         def forward():
             return model(data.x, graph, one)
     else:
+        kw = {**DIFFORMER_ARGS, "dropout": args.dropout}  # DIFFormer's layer, as the tables were measured
         model = WavyDIFFormer(f, args.hidden, c, num_layers=args.layers, residual=impl, heads=args.heads,
-                              dropout=args.dropout, use_graph=True, step_impl=step_impl)
+                              use_graph=True, step_impl=step_impl, **kw)
         graph = gcn_adjacency(data.edge_index, data.num_nodes)  # built once, as a training loop does
         run = torch.compile(model) if args.compile else model
 

@@ -90,13 +90,30 @@ def test_model_config_covers_every_model_option():
     params = set(inspect.signature(WavyDIFFormer.__init__).parameters) - {"self", "in_channels", "out_channels"}
     wavy = set(arch_keys("wavy")) - {"arch"}  # the other keys: model.arch and the baselines' own
     assert wavy == params
+    from wavygraph.nn.model import DIFFORMER_ARGS
+
     defaults = {k: p.default for k, p in inspect.signature(WavyDIFFormer.__init__).parameters.items()}
+    defaults.update(DIFFORMER_ARGS)  # the config keeps DIFFormer's model; the class defaults are the depth recipe's
     for f in dataclasses.fields(ModelConfig):  # same defaults, except DIFFormer's dropout and a 64-wide model
         if f.name in wavy and f.name not in ("dropout", "hidden_channels"):
             if f.default is dataclasses.MISSING:  # a mutable default: {} in the config, None (no options) in the model
                 assert f.default_factory() == {} and defaults[f.name] is None, f.name
             else:
                 assert f.default == defaults[f.name], f.name
+
+
+def test_config_path_builds_difformer_not_the_class_defaults():
+    """``build_model`` passes every model key, so the default config is DIFFormer's model (its value projection,
+    the local branch added, step 0.5, no source term, dropout on the state, one attention layer per step)."""
+    from wavygraph.data import DatasetInfo
+    from wavygraph.train.models import build_model
+
+    info = DatasetInfo(name="toy", task="multiclass", metric="acc", num_features=5, num_outputs=3)
+    model = build_model(load_config(None), info)  # diffusion: the class default would step 1.0
+    conv = model.convs[0]
+    assert conv.graph_weight is None and conv.value_proj and model.convs[1] is not conv
+    assert not model.source and model.dropout_at == "state" and model.dropout == 0.2
+    assert [st.tau for st in model.steppers] == [0.5] * 3
 
 
 def recipe_changes(name):

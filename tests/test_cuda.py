@@ -5,6 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from wavygraph.nn import DIFFormerConv, WavyDIFFormer
+from wavygraph.nn.model import DIFFORMER_ARGS
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 DEV = "cuda"
@@ -113,8 +114,9 @@ def test_model_training_step_cuda_compiled_step_equals_cpu(residual):
     torch.manual_seed(0)
     x, ei = graph(f=8)
     y = torch.randint(0, 3, (x.shape[0],))
-    cpu = WavyDIFFormer(8, 16, 3, num_layers=4, residual=residual, step_impl="eager").double()
-    gpu = WavyDIFFormer(8, 16, 3, num_layers=4, residual=residual, step_impl="compile")
+    kw = dict(DIFFORMER_ARGS, num_layers=4, residual=residual)  # no dropout, no source: the fused step runs
+    cpu = WavyDIFFormer(8, 16, 3, step_impl="eager", **kw).double()
+    gpu = WavyDIFFormer(8, 16, 3, step_impl="compile", **kw)
     gpu.load_state_dict({k: v.float() for k, v in cpu.state_dict().items()})
     gpu = gpu.to(DEV)
     ref = cpu(x.double(), ei)

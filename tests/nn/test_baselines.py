@@ -6,13 +6,15 @@ from torch_geometric.nn import PairNorm
 from wavygraph.nn import WavyDIFFormer
 from wavygraph.nn.featscale import FeatScale
 from wavygraph.nn.joint_norm import JointPairNorm
+from wavygraph.nn.model import DIFFORMER_ARGS
 
 GRAPH = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 0, 6], [1, 0, 2, 1, 4, 3, 5, 4, 5, 0]])
 
 
 def test_rezero_at_zero_is_identity(residual_kind):
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=6, residual=residual_kind, force_scale="rezero", norm="none").double()
+    model = WavyDIFFormer(5, 8, 3, **{**DIFFORMER_ARGS, "num_layers": 6, "residual": residual_kind,
+                                      "force_scale": "rezero", "norm": "none"}).double()
     x = torch.randn(7, 5, dtype=torch.float64)
     _, hidden = model(x, GRAPH, return_hidden=True)
     for h in hidden[1:]:
@@ -29,7 +31,8 @@ def test_rezero_at_zero_is_identity(residual_kind):
 
 def test_rezero_scales_the_force():
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=1, residual="wave", tau=0.3, force_scale="rezero", norm="none").double()
+    model = WavyDIFFormer(5, 8, 3, **{**DIFFORMER_ARGS, "num_layers": 1, "residual": "wave", "tau": 0.3,
+                                      "force_scale": "rezero", "norm": "none"}).double()
     with torch.no_grad():
         model.alpha.fill_(0.7)
     x = torch.randn(7, 5, dtype=torch.float64)
@@ -42,7 +45,7 @@ def test_rezero_scales_the_force():
 
 def test_pairnorm_model_equals_pyg():
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=2, norm="pair").double()
+    model = WavyDIFFormer(5, 8, 3, **{**DIFFORMER_ARGS, "num_layers": 2, "norm": "pair"}).double()
     x = torch.randn(7, 5, dtype=torch.float64)
     _, hidden = model(x, GRAPH, return_hidden=True)
     pn = PairNorm()

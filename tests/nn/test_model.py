@@ -10,6 +10,16 @@ from wavygraph.nn import WavyDIFFormer
 
 GRAPH = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 0, 6], [1, 0, 2, 1, 4, 3, 5, 4, 5, 0]])
 
+# DIFFormer's own model (Wu et al.), written out here rather than imported: its value projection, the
+# local branch added, step 0.5, no source term, no dropout, dropout on the state, one attention layer per step
+DIFFORMER = dict(graph_weight=None, value_proj=True, source=False, source_weight=1.0, tau=0.5, dropout=0.0,
+                 dropout_at="state", shared_attention=False)
+
+
+def difformer_model(*sizes, **kwargs):
+    """``WavyDIFFormer`` with DIFFormer's arguments, then ``kwargs``."""
+    return WavyDIFFormer(*sizes, **{**DIFFORMER, **kwargs})
+
 
 def reference_difformer(model, x, edge_index):
     """DIFFormer's forward written out: x = LN(0.5 conv(x) + 0.5 x)."""
@@ -23,7 +33,7 @@ def reference_difformer(model, x, edge_index):
 
 def test_diffusion_is_difformer():
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=4).double().eval()
+    model = difformer_model(5, 8, 3, num_layers=4).double().eval()
     x = torch.randn(7, 5, dtype=torch.float64)
     out, hidden = model(x, GRAPH, return_hidden=True)
     ref, ref_hidden = reference_difformer(model, x, GRAPH)
@@ -36,7 +46,7 @@ def test_diffusion_is_difformer():
 def test_wave_model_matches_explicit_loop():
     torch.manual_seed(0)
     tau = 0.3
-    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual="wave", tau=tau, ffn=True).double().eval()
+    model = difformer_model(5, 8, 3, num_layers=3, residual="wave", tau=tau, ffn=True).double().eval()
     x = torch.randn(7, 5, dtype=torch.float64)
     out = model(x, GRAPH)
     h = F.relu(model.input_norm(model.input(x)))
@@ -79,7 +89,7 @@ def test_light_wave_model_is_the_paper(tmp_path):
     X^{-1} = X^0; every hidden state compared."""
     torch.manual_seed(0)
     tau = 0.4
-    model = WavyDIFFormer(5, 8, 3, num_layers=4, residual="light_wave", tau=tau).double().eval()
+    model = difformer_model(5, 8, 3, num_layers=4, residual="light_wave", tau=tau).double().eval()
     _random_lams(model)
     x = torch.randn(7, 5, dtype=torch.float64)
     out, hidden = model(x, GRAPH, return_hidden=True)
@@ -109,7 +119,7 @@ def test_light_wave_model_gradients_are_the_paper(monkeypatch, source):
     monkeypatch.setattr(light_wave.LightWaveLayerNorm, "apply", lambda *a: calls.append(1) or real_apply(*a))
     torch.manual_seed(1)
     tau, layers = 0.4, 5
-    model = WavyDIFFormer(5, 8, 3, num_layers=layers, residual="light_wave", tau=tau, source=source,
+    model = difformer_model(5, 8, 3, num_layers=layers, residual="light_wave", tau=tau, source=source,
                           source_weight=0.3 if source else 1.0).double()
     _random_lams(model)
     with torch.no_grad():
@@ -149,7 +159,7 @@ def test_mix_model_is_the_authors():
     """The authors' mix through the joint LayerNorm, layer by layer."""
     torch.manual_seed(0)
     tau = 0.5
-    model = WavyDIFFormer(5, 8, 3, num_layers=4, residual="mix", tau=tau).double().eval()
+    model = difformer_model(5, 8, 3, num_layers=4, residual="mix", tau=tau).double().eval()
     _random_lams(model)
     x = torch.randn(7, 5, dtype=torch.float64)
     out, hidden = model(x, GRAPH, return_hidden=True)
@@ -167,7 +177,7 @@ def test_mix_model_is_the_authors():
 def test_light_wave_joint_model():
     """This package's joint light wave: the displacement through the joint LayerNorm."""
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual="light_wave_joint").double().eval()
+    model = difformer_model(5, 8, 3, num_layers=3, residual="light_wave_joint").double().eval()
     x = torch.randn(7, 5, dtype=torch.float64)
     h = F.relu(model.input_norm(model.input(x)))
     d = torch.zeros_like(h)
@@ -182,7 +192,7 @@ def test_difformer_switches():
     """value_proj=False (values = the layer input), input_norm=False with norm='none'
     (DIFFormer's --use_bn off), source=True (x_0 added before each norm)."""
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=3, value_proj=False, input_norm=False, norm="none",
+    model = difformer_model(5, 8, 3, num_layers=3, value_proj=False, input_norm=False, norm="none",
                           tau=1.0).double().eval()
     assert model.input_norm is None
     x = torch.randn(7, 5, dtype=torch.float64)
@@ -191,7 +201,7 @@ def test_difformer_switches():
         h = conv(h, GRAPH)
     torch.testing.assert_close(model(x, GRAPH), model.output(h), rtol=0, atol=1e-12)
 
-    model = WavyDIFFormer(5, 8, 3, num_layers=3, source=True).double().eval()
+    model = difformer_model(5, 8, 3, num_layers=3, source=True).double().eval()
     h0 = F.relu(model.input_norm(model.input(x)))
     h = h0
     for conv, norm in zip(model.convs, model.norms):
@@ -204,7 +214,7 @@ def test_source_weight_adds_alpha_x0(residual):
     """source_weight=alpha (this package's own): alpha * x_0 added before each norm,
     written out for diffusion and for wave (velocity through the joint LayerNorm)."""
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual=residual, source=True, source_weight=0.3,
+    model = difformer_model(5, 8, 3, num_layers=3, residual=residual, source=True, source_weight=0.3,
                           tau=0.7).double().eval()
     x = torch.randn(7, 5, dtype=torch.float64)
     h0 = F.relu(model.input_norm(model.input(x)))
@@ -220,7 +230,7 @@ def test_source_weight_adds_alpha_x0(residual):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    (dict(source_weight=0.5), "needs source=True"),
+    (dict(source=False, source_weight=0.5), "needs source=True"),
     (dict(source=True, source_weight=-0.1), "source_weight must be a number >= 0"),
     (dict(source=True, source_weight=float("nan")), "source_weight must be a number >= 0"),
 ])
@@ -233,7 +243,7 @@ def test_dropout_at_force_is_the_authors_placement():
     """dropout_at='force': F = dropout(conv(x)) - x, FFN branches with their own masks;
     the state itself is never masked. Replayed with the same random numbers."""
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=2, residual="wave", dropout=0.0, layer_dropout=0.5,
+    model = difformer_model(5, 8, 3, num_layers=2, residual="wave", dropout=0.0, layer_dropout=0.5,
                           dropout_at="force", ffn=True).double().train()
     x = torch.randn(7, 5, dtype=torch.float64)
     torch.manual_seed(11)
@@ -255,7 +265,7 @@ def test_state_dropout_keeps_light_wave_previous_state():
     """dropout_at='state': a velocity shares the state's mask; light_wave's previous
     state is the previous (already dropped) output and is not masked again."""
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual="light_wave", layer_dropout=0.5).double().train()
+    model = difformer_model(5, 8, 3, num_layers=3, residual="light_wave", layer_dropout=0.5).double().train()
     x = torch.randn(7, 5, dtype=torch.float64)
     torch.manual_seed(5)
     out = model(x, GRAPH)
@@ -318,6 +328,53 @@ def test_batched_graphs_do_not_mix():
     torch.testing.assert_close(out[7:], model(x[7:], GRAPH), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("residual", ["diffusion", "wave", "mix", "light_wave"])
+def test_defaults_written_out(residual):
+    """The defaults in training mode against the literal loop: one attention layer for every step, the layer
+    input as its values, its local branch blended 0.8; dropout 0.2 after the input layer and on the attention
+    output inside the force; 0.25 x_0 added before each norm; step 1 (wave 0.5); mix from lam 0.1."""
+    torch.manual_seed(0)
+    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual=residual).double().train()
+    conv = model.convs[0]
+    assert all(c is conv for c in model.convs) and conv.graph_weight == 0.8 and not conv.value_proj
+    tau = 0.5 if residual == "wave" else 1.0
+    x = torch.randn(7, 5, dtype=torch.float64)
+    torch.manual_seed(3)
+    out = model(x, GRAPH)
+    torch.manual_seed(3)
+    h0 = F.dropout(F.relu(model.input_norm(model.input(F.dropout(x, 0.0, True)))), 0.2, True)
+    h, prev, y = h0, h0, torch.zeros_like(h0)
+    for i, norm in enumerate(model.norms):
+        f = F.dropout(conv(h, GRAPH), 0.2, True) - h
+        lam = torch.sigmoid(model.steppers[i].theta) if residual in ("mix", "light_wave") else None
+        if residual == "diffusion":
+            h = _ln(h + f + 0.25 * h0, norm)
+        elif residual == "light_wave":
+            prev, h = h, _ln(h + f + lam * (h - prev) + 0.25 * h0, norm)
+        else:
+            y = y + tau * f if residual == "wave" else lam * (y + f) + (1 - lam) * f
+            h, y = _joint_ln(h + tau * y + 0.25 * h0, y, norm)
+    torch.testing.assert_close(out, model.output(h), rtol=0, atol=1e-12)
+    if lam is not None:
+        torch.testing.assert_close(lam, torch.full_like(lam, 0.1 if residual == "mix" else 0.5), rtol=0, atol=1e-7)
+
+
+def test_per_kind_defaults_and_explicit_arguments():
+    """tau=None and residual_options=None take the kind's; anything given is used as given."""
+    from wavygraph.nn.model import DIFFORMER_ARGS
+
+    assert DIFFORMER_ARGS == DIFFORMER
+    taus = {k: WavyDIFFormer(5, 8, 3, residual=k).steppers[0].tau for k in ("diffusion", "wave", "mix", "light_wave")}
+    assert taus == {"diffusion": 1.0, "wave": 0.5, "mix": 1.0, "light_wave": 1.0}
+    assert WavyDIFFormer(5, 8, 3, residual="wave", tau=0.8).steppers[0].tau == 0.8
+    assert WavyDIFFormer(5, 8, 3, residual="mix").steppers[0].lam0 == 0.1
+    assert WavyDIFFormer(5, 8, 3, residual="mix", residual_options={}).steppers[0].lam0 == 0.5
+    assert WavyDIFFormer(5, 8, 3, residual="light_wave").steppers[0].lam0 == 0.5
+    model = WavyDIFFormer(5, 8, 3, source=False)  # the default source_weight needs no source
+    assert not model.source and model.convs[0] is model.convs[2]
+    assert WavyDIFFormer(5, 8, 3, source_weight=0.5).source_weight == 0.5
+
+
 def test_repr_and_errors():
     assert repr(WavyDIFFormer(10, 16, 3)) == "WavyDIFFormer(10, 16, 3, num_layers=3, residual='diffusion')"
     assert repr(WavyDIFFormer(10, 16, 3, num_layers=8, residual="wave")) == (
@@ -356,7 +413,7 @@ def test_trains_on_cora(tmp_path):
     shutil.copytree(raw, tmp_path / "Cora" / "raw")
     data = Planetoid(str(tmp_path), "Cora", transform=NormalizeFeatures())[0]
     torch.manual_seed(0)
-    model = WavyDIFFormer(data.num_features, 64, 7, num_layers=8, dropout=0.2)
+    model = difformer_model(data.num_features, 64, 7, num_layers=8, dropout=0.2)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=0.01)
     from wavygraph.nn import gcn_adjacency
 
@@ -386,10 +443,10 @@ def test_shared_attention_is_one_conv_for_every_step(residual, tmp_path):
     parameters) at every step, written out with one conv; norms stay per layer."""
     torch.manual_seed(0)
     kw = dict(num_layers=4, residual=residual, tau=0.7, value_proj=True)
-    model = WavyDIFFormer(5, 8, 3, shared_attention=True, **kw).double().eval()
+    model = difformer_model(5, 8, 3, shared_attention=True, **kw).double().eval()
     one = model.convs[0]
     conv_params = sum(p.numel() for p in one.parameters())
-    separate = WavyDIFFormer(5, 8, 3, **kw)
+    separate = difformer_model(5, 8, 3, **kw)
     assert sum(p.numel() for p in separate.parameters()) - sum(p.numel() for p in model.parameters()) \
         == 3 * conv_params > 0
     with torch.no_grad():
@@ -408,7 +465,7 @@ def test_shared_attention_is_one_conv_for_every_step(residual, tmp_path):
     torch.testing.assert_close(model(x, GRAPH), model.output(h), rtol=0, atol=1e-12)
     # a saved and reloaded model keeps the sharing
     torch.save(model.state_dict(), tmp_path / "m.pt")
-    again = WavyDIFFormer(5, 8, 3, shared_attention=True, **kw).double().eval()
+    again = difformer_model(5, 8, 3, shared_attention=True, **kw).double().eval()
     again.load_state_dict(torch.load(tmp_path / "m.pt"))
     assert again.convs[0] is again.convs[3]
     torch.testing.assert_close(again(x, GRAPH), model(x, GRAPH), rtol=0, atol=0)

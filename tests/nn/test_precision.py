@@ -68,7 +68,7 @@ def test_functional_bf16_inputs_close():
 
 def test_model_bf16_autocast_training_step():
     torch.manual_seed(0)
-    model = WavyDIFFormer(8, 16, 3, num_layers=3, residual="light_wave")
+    model = WavyDIFFormer(8, 16, 3, num_layers=3, residual="light_wave", dropout=0.0)  # the same function twice
     x = torch.randn(200, 8)
     ei = torch.randint(0, 200, (2, 800))
     ref = model(x, ei)
@@ -84,7 +84,7 @@ def test_torch_compile_matches_eager():
     if not hasattr(torch, "compile"):
         pytest.skip("torch.compile unavailable")
     torch.manual_seed(0)
-    model = WavyDIFFormer(6, 8, 3, num_layers=2, residual="wave")
+    model = WavyDIFFormer(6, 8, 3, num_layers=2, residual="wave", dropout=0.0)  # the same function twice
     x = torch.randn(50, 6)
     ei = torch.randint(0, 50, (2, 150))
     ref = model(x, ei)

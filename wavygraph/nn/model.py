@@ -24,6 +24,13 @@ from .validate import InputError, check_choice, check_inputs
 
 DROPOUT_AT = ("state", "force")
 FORCE_SCALES = ("fixed", "rezero")
+#: ``tau=None`` and ``residual_options=None`` take each kind's step and options from here (chosen by validation
+#: accuracy in the usual PyG loop, docs/benchmarks.md); a kind not listed steps 0.5 with its own options
+KIND_TAU = {"diffusion": 1.0, "wave": 0.5, "mix": 1.0, "light_wave": 1.0, "light_wave_joint": 1.0}
+KIND_OPTIONS = {"mix": {"lam0": 0.1}}
+#: the arguments that turn the defaults into DIFFormer's own model (the defaults of the config's ``model`` keys)
+DIFFORMER_ARGS = dict(graph_weight=None, value_proj=True, source=False, source_weight=1.0, tau=0.5, dropout=0.0,
+                      dropout_at="state", shared_attention=False)
 
 
 class LayerInputs(NamedTuple):
@@ -49,8 +56,19 @@ class WavyDIFFormer(nn.Module):
             \mathrm{step}_\ell((X_\ell, Y_\ell), F_\ell))) \\
         \hat{Y} &= X_L W_{out} + b_{out}
 
-    ``residual="diffusion"`` with ``tau=0.5`` is DIFFormer itself
-    (``x = LN(0.5 conv(x) + 0.5 x)``, then dropout). The stepper decides
+    The defaults are the model settings of the depth recipe
+    (``configs/cora.yaml``), chosen by validation accuracy in the usual PyG
+    training loop (``benchmarks/pyg_loop.py``, docs/benchmarks.md): one
+    shared attention layer whose values are the layer input and whose local
+    GCN branch is blended 0.8, dropout 0.2 inside the force,
+    :math:`0.25 X_0` added before every norm, step 1 (the undamped ``wave``
+    0.5, ``mix`` starting from :math:`\lambda = 0.1`). On Cora they hold 4
+    and 16 layers, where DIFFormer's own settings fall to one class at 16.
+    DIFFormer itself (``x = LN(0.5 conv(x) + 0.5 x)``, then dropout) is
+    ``residual="diffusion"`` with :data:`DIFFORMER_ARGS` (``graph_weight=None,
+    value_proj=True, source=False, tau=0.5, dropout=0.0, dropout_at="state",
+    shared_attention=False``), the defaults of the config's ``model`` keys
+    (docs/fidelity.md). The stepper decides
     what its extra state is and how the norm, FFN and dropout treat it
     (:class:`~wavygraph.nn.steppers.Stepper`): a velocity passes through the
     joint LayerNorm, the joint FFN and the state's dropout mask (chain rule);
@@ -69,7 +87,11 @@ class WavyDIFFormer(nn.Module):
             (default: ``"diffusion"``)
         residual_options (dict, optional): options of the residual kind,
             e.g. ``{"lam0": 0.5}`` for ``mix`` and the light waves; an
-            option the kind does not take is an error. (default: :obj:`None`)
+            option the kind does not take is an error. :obj:`None` takes the
+            kind's options of :data:`KIND_OPTIONS` (``mix``: ``lam0=0.1``,
+            which kept ``mix`` at GCN level at 4 layers where 0.5 did not);
+            a dict, even empty, leaves every other option at the kind's own
+            default (``mix``: 0.5). (default: :obj:`None`)
         heads (int, optional): attention heads. (default: :obj:`1`)
         kernel (str, optional): ``"simple"`` or ``"sigmoid"``.
             (default: ``"simple"``)
@@ -77,29 +99,33 @@ class WavyDIFFormer(nn.Module):
             :obj:`None` takes the kernel's own (``global`` for ``simple``,
             ``none`` for ``sigmoid``). (default: :obj:`None`)
         use_graph (bool, optional): local GCN branch. (default: :obj:`True`)
-        graph_weight (float, optional): blend weight of the local branch;
-            :obj:`None` adds it. (default: :obj:`None`)
+        graph_weight (float, optional): blend weight of the local branch,
+            ``(1 - w) attention + w local``; :obj:`None` adds it (DIFFormer).
+            (default: :obj:`0.8`)
         value_proj (bool, optional): project the values; :obj:`False` uses
             the layer input as the values (DIFFormer's ``--use_weight``
-            off). (default: :obj:`True`)
+            off, as in its Cora line). (default: :obj:`False`)
         input_norm (bool, optional): LayerNorm after the input layer
             (DIFFormer's ``--use_bn`` covers it and the per-layer norms;
             ``--use_bn`` off is ``input_norm=False, norm="none"``).
             (default: :obj:`True`)
         source (bool, optional): add the input embedding :math:`X_0` to
             every layer's stepped state before its norm (DIFFormer's
-            ``--use_source``). (default: :obj:`False`)
+            ``--use_source``); it holds the depth. (default: :obj:`True`)
         source_weight (float, optional): the weight :math:`\alpha` of the
             added input embedding, :math:`\alpha X_0` (this package's own
             option, after GCNII's and APPNP's initial residual; DIFFormer
-            adds :math:`X_0` itself, ``1.0``). Only with ``source=True``.
-            (default: :obj:`1.0`)
-        tau (float, optional): step size. (default: :obj:`0.5`)
+            adds :math:`X_0` itself, ``1.0``). Only with ``source=True``;
+            :obj:`None` is ``0.25``. (default: :obj:`None`)
+        tau (float, optional): step size; :obj:`None` takes the kind's of
+            :data:`KIND_TAU`: ``1.0``, and ``0.5`` for ``wave`` (undamped,
+            it fell to 37 % on Cora at step 1 and 4 layers) and for kinds
+            not listed. (default: :obj:`None`)
         input_dropout (float, optional): dropout of the raw node features
             before the input layer (as PyG's GCN example drops its input).
             (default: :obj:`0.0`)
         dropout (float, optional): dropout after the input layer, and in
-            every layer unless ``layer_dropout`` is given. (default: :obj:`0.0`)
+            every layer unless ``layer_dropout`` is given. (default: :obj:`0.2`)
         layer_dropout (float, optional): the per-layer dropout rate;
             :obj:`None` uses ``dropout``. (default: :obj:`None`)
         dropout_at (str, optional): where the per-layer dropout acts:
@@ -107,7 +133,7 @@ class WavyDIFFormer(nn.Module):
             same mask on a velocity) or ``"force"`` (the Wavy Transformer
             authors: on the attention output inside the force,
             :math:`F = \mathrm{dropout}(\mathrm{conv}(X)) - X`, and on each
-            FFN branch with its own mask). (default: ``"state"``)
+            FFN branch with its own mask). (default: ``"force"``)
         ffn (bool, optional): add a joint FFN sub-layer (residual, followed
             by a second norm) after each attention step.
             (default: :obj:`False`)
@@ -135,7 +161,7 @@ class WavyDIFFormer(nn.Module):
             and its attention parameters do not grow with depth (this
             package's own option, after GCNII's shared weights); the norms
             and the steppers' own parameters stay per layer.
-            (default: :obj:`False`)
+            (default: :obj:`True`)
         gradient_checkpointing (bool, optional): in training with autograd
             on, keep only the input state of each segment of layers and
             recompute the segment in backward
@@ -182,23 +208,23 @@ class WavyDIFFormer(nn.Module):
         kernel: str = "simple",
         qk_norm: str | None = None,
         use_graph: bool = True,
-        graph_weight: float | None = None,
-        value_proj: bool = True,
+        graph_weight: float | None = 0.8,
+        value_proj: bool = False,
         input_norm: bool = True,
-        source: bool = False,
-        source_weight: float = 1.0,
-        tau: float = 0.5,
+        source: bool = True,
+        source_weight: float | None = None,
+        tau: float | None = None,
         input_dropout: float = 0.0,
-        dropout: float = 0.0,
+        dropout: float = 0.2,
         layer_dropout: float | None = None,
-        dropout_at: str = "state",
+        dropout_at: str = "force",
         ffn: bool = False,
         ffn_activation: str = "gelu",
         force_scale: str = "fixed",
         norm: str = "layer",
         featscale: bool = False,
         step_impl: str = "eager",
-        shared_attention: bool = False,
+        shared_attention: bool = True,
         gradient_checkpointing: bool = False,
         checkpoint_segments: int | None = None,
         reversible: bool = False,
@@ -219,7 +245,7 @@ class WavyDIFFormer(nn.Module):
         self.residual = residual
         self.use_graph = use_graph
         self.source = source
-        self.source_weight = float(source_weight)
+        self.source_weight = 0.25 if source_weight is None else float(source_weight)
         self.input_dropout = input_dropout
         self.dropout = dropout
         self.layer_dropout = dropout if layer_dropout is None else layer_dropout
@@ -234,7 +260,8 @@ class WavyDIFFormer(nn.Module):
                  for _ in range(1 if shared_attention else num_layers)]
         self.shared_attention = shared_attention
         self.convs = nn.ModuleList(convs * num_layers if shared_attention else convs)  # shared: one module L times
-        options = dict(residual_options or {})
+        options = dict(KIND_OPTIONS.get(residual, {}) if residual_options is None else residual_options)
+        tau = KIND_TAU.get(residual, 0.5) if tau is None else tau
         self.steppers = nn.ModuleList(
             make_stepper(residual, hidden_channels, tau, **options) for _ in range(num_layers)
         )
@@ -271,6 +298,8 @@ class WavyDIFFormer(nn.Module):
         for name, value in zip(("input_dropout", "dropout", "layer_dropout"), rates):
             if value is not None and not 0.0 <= value < 1.0:
                 raise InputError(f"{name} must lie in [0, 1), got {value!r}")
+        if source_weight is None:
+            return
         if isinstance(source_weight, bool) or not isinstance(source_weight, (int, float)) \
                 or not 0.0 <= source_weight < float("inf"):
             raise InputError(f"source_weight must be a number >= 0, got {source_weight!r}")
