@@ -79,7 +79,7 @@ def main(argv=None) -> None:
     p.add_argument("--root", required=True, help="folder with Cora/raw/ind.cora.* (PyG's Planetoid layout)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     p.add_argument("--num-layers", type=int, nargs="+", default=[4, 16])
-    p.add_argument("--residuals", nargs="+", default=["diffusion", "wave", "mix", "light_wave"])
+    p.add_argument("--residuals", nargs="+", default=["diffusion", "wave", "mix", "light_wave", "light_wave_joint"])
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--epochs", type=int, default=60)
     p.add_argument("--lr", type=float, default=5e-3)

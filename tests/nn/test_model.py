@@ -331,12 +331,12 @@ def test_batched_graphs_do_not_mix():
 @pytest.mark.parametrize("residual", ["diffusion", "wave", "mix", "light_wave"])
 def test_defaults_written_out(residual):
     """The defaults in training mode against the literal loop: one attention layer for every step, the layer
-    input as its values, its local branch blended 0.8; dropout 0.2 after the input layer and on the attention
+    input as its values, its local branch blended 0.9; dropout 0.2 after the input layer and on the attention
     output inside the force; 0.25 x_0 added before each norm; step 1 (wave 0.5); mix from lam 0.1."""
     torch.manual_seed(0)
     model = WavyDIFFormer(5, 8, 3, num_layers=3, residual=residual).double().train()
     conv = model.convs[0]
-    assert all(c is conv for c in model.convs) and conv.graph_weight == 0.8 and not conv.value_proj
+    assert all(c is conv for c in model.convs) and conv.graph_weight == 0.9 and not conv.value_proj
     tau = 0.5 if residual == "wave" else 1.0
     x = torch.randn(7, 5, dtype=torch.float64)
     torch.manual_seed(3)
