@@ -102,3 +102,19 @@ def test_corrupt_checkpoint_is_a_one_line_error(tmp_path, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "checkpoint" in err
+
+
+def test_config_diff_old_checkpoints():
+    """A checkpoint written before keys were added (or with train.device=cpu,
+    the old default) resumes under today's defaults; a real change differs."""
+    from wavygraph.train.env import resolve_device
+    from wavygraph.train.resume import config_diff
+
+    saved = {"model": {"num_layers": 2}, "train": {"device": "cpu"}}
+    now = {"model": {"num_layers": 2, "reversible": False, "gradient_checkpointing": True},
+           "train": {"device": "auto"}}
+    expected = [] if str(resolve_device("auto")) == "cpu" else ["train.device"]
+    assert config_diff(saved, now) == expected
+    now["model"]["reversible"] = True
+    now["model"]["num_layers"] = 3
+    assert config_diff(saved, now) == sorted(["model.num_layers", "model.reversible"] + expected)

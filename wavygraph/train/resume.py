@@ -23,8 +23,11 @@ from wavygraph.config import ConfigError
 from wavygraph.utils import atomic_torch_save, flatten
 
 CHECKPOINT = "checkpoint.pt"
-#: Keys that may differ between the run that wrote a checkpoint and the one resuming it.
-RESUME_IGNORED = ("train.resume", "train.progress", "train.checkpoint_every", "train.diagnostics", "out_dir")
+#: Keys that may differ between the run that wrote a checkpoint and the one resuming it
+#: (gradient checkpointing recomputes the same numbers).
+RESUME_IGNORED = ("train.resume", "train.progress", "train.checkpoint_every", "train.diagnostics", "out_dir",
+                  "model.gradient_checkpointing", "model.checkpoint_segments")
+_UNSET = "<unset>"
 
 
 def checkpoint_path(out_dir: str) -> str:
@@ -32,9 +35,35 @@ def checkpoint_path(out_dir: str) -> str:
 
 
 def config_diff(saved: dict, current: dict) -> list[str]:
-    """Dotted keys whose values differ (ignoring :data:`RESUME_IGNORED`)."""
+    """Dotted keys whose values differ (ignoring :data:`RESUME_IGNORED`). A key
+    added to the config after the checkpoint was written does not differ while
+    it holds the value that keeps the old behaviour (the sweep's
+    ``UNHASHED_AT``), nor does ``train.device`` where both name the same device
+    (``cpu`` and ``auto`` on a machine without a GPU)."""
+    from wavygraph.sweep.spec import UNHASHED_AT
+
     a, b = flatten(saved), flatten(current)
-    return sorted(k for k in set(a) | set(b) if k not in RESUME_IGNORED and a.get(k, "<unset>") != b.get(k, "<unset>"))
+
+    def differs(key: str) -> bool:
+        old, new = a.get(key, _UNSET), b.get(key, _UNSET)
+        if key in RESUME_IGNORED or old == new:
+            return False
+        if old == _UNSET and key in UNHASHED_AT and new == UNHASHED_AT[key]:
+            return False
+        if key == "train.device":
+            return _device_of(old) != _device_of(new)
+        return True
+
+    return sorted(k for k in set(a) | set(b) if differs(k))
+
+
+def _device_of(name) -> str | None:
+    from wavygraph.train.env import resolve_device
+
+    try:
+        return str(resolve_device(str(name)))
+    except ConfigError:
+        return None
 
 
 def rng_state(generator: torch.Generator) -> dict:
