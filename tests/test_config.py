@@ -96,8 +96,8 @@ def test_model_config_covers_every_model_option():
     defaults.update(DIFFORMER_ARGS)  # the config keeps DIFFormer's model; the class defaults are the depth recipe's
     for f in dataclasses.fields(ModelConfig):  # same defaults, except DIFFormer's dropout and a 64-wide model
         if f.name in wavy and f.name not in ("dropout", "hidden_channels"):
-            if f.default is dataclasses.MISSING:  # a mutable default: {} in the config, None (no options) in the model
-                assert f.default_factory() == {} and defaults[f.name] is None, f.name
+            if f.default is dataclasses.MISSING:  # a mutable default: {} (the kind's own options)
+                assert f.default_factory() == defaults[f.name] == {}, f.name
             else:
                 assert f.default == defaults[f.name], f.name
 
@@ -114,6 +114,8 @@ def test_config_path_builds_difformer_not_the_class_defaults():
     assert conv.graph_weight is None and conv.value_proj and model.convs[1] is not conv
     assert not model.source and model.dropout_at == "state" and model.dropout == 0.2
     assert [st.tau for st in model.steppers] == [0.5] * 3
+    mix = build_model(load_config(None, ["model.residual=mix"]), info)  # the class default would start from 0.1
+    assert [st.lam0 for st in mix.steppers] == [0.5] * 3
 
 
 def recipe_changes(name):

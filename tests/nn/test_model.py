@@ -11,9 +11,10 @@ from wavygraph.nn import WavyDIFFormer
 GRAPH = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 0, 6], [1, 0, 2, 1, 4, 3, 5, 4, 5, 0]])
 
 # DIFFormer's own model (Wu et al.), written out here rather than imported: its value projection, the
-# local branch added, step 0.5, no source term, no dropout, dropout on the state, one attention layer per step
+# local branch added, step 0.5, no source term, no dropout, dropout on the state, one attention layer per step;
+# and every kind's own options (mix from lam0 0.5)
 DIFFORMER = dict(graph_weight=None, value_proj=True, source=False, source_weight=1.0, tau=0.5, dropout=0.0,
-                 dropout_at="state", shared_attention=False)
+                 dropout_at="state", shared_attention=False, residual_options={})
 
 
 def difformer_model(*sizes, **kwargs):

@@ -28,9 +28,10 @@ FORCE_SCALES = ("fixed", "rezero")
 #: accuracy in the usual PyG loop, docs/benchmarks.md); a kind not listed steps 0.5 with its own options
 KIND_TAU = {"diffusion": 1.0, "wave": 0.5, "mix": 1.0, "light_wave": 1.0, "light_wave_joint": 0.5}
 KIND_OPTIONS = {"mix": {"lam0": 0.1}}
-#: the arguments that turn the defaults into DIFFormer's own model (the defaults of the config's ``model`` keys)
+#: the arguments that turn the defaults into DIFFormer's own model: the defaults of the config's ``model`` keys
+#: (``residual_options={}``: every kind's own options, e.g. ``mix`` from lam0 0.5)
 DIFFORMER_ARGS = dict(graph_weight=None, value_proj=True, source=False, source_weight=1.0, tau=0.5, dropout=0.0,
-                      dropout_at="state", shared_attention=False)
+                      dropout_at="state", shared_attention=False, residual_options={})
 
 
 class LayerInputs(NamedTuple):
