@@ -1,7 +1,6 @@
 """WavyDIFFormer: DIFFormer with a choice of residual stepper."""
 from __future__ import annotations
 
-from collections.abc import Mapping
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
@@ -9,30 +8,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from wavygraph.checks import check_positive_int
-
 from . import checkpointing, reversible as rev
 from .conv import DIFFormerConv
 from .featscale import FeatScale
 from .graph import as_adjacency
 from .joint_ffn import JointFFN
 from .joint_norm import NORMS
+from .model_args import DIFFORMER_ARGS, DROPOUT_AT, FORCE_SCALES, KIND_OPTIONS, KIND_TAU, check_model_args
 from .prenorm import graph_layer_norm
 from .steppers import STEPPERS, Stepper, StepState, make_stepper
-from .steppers.compiled import STEP_IMPLS
-from .validate import InputError, check_choice, check_inputs
-
-DROPOUT_AT = ("state", "force")
-FORCE_SCALES = ("fixed", "rezero")
-#: ``tau=None`` and ``residual_options=None`` take each kind's step and options from here (chosen by validation
-#: accuracy in the usual PyG loop, docs/benchmarks.md); a kind not listed steps 0.5 with its own options
-KIND_TAU = {"diffusion": 1.0, "wave": 0.5, "mix": 1.0, "light_wave": 1.0, "light_wave_joint": 0.5}
-KIND_OPTIONS = {"mix": {"lam0": 0.1}}
-#: the arguments that turn the defaults into DIFFormer's own model: the defaults of the config's ``model`` keys
-#: (``residual_options={}``: every kind's own options, e.g. ``mix`` from lam0 0.5)
-DIFFORMER_ARGS = dict(graph_weight=None, value_proj=True, source=False, source_weight=1.0, tau=0.5, dropout=0.0,
-                      dropout_at="state", shared_attention=False, residual_options={})
-
+from .validate import check_inputs
 
 class LayerInputs(NamedTuple):
     """What every layer reads besides the state: the propagation matrix,
@@ -236,7 +221,7 @@ class WavyDIFFormer(nn.Module):
         reversible: bool = False,
     ):
         super().__init__()
-        self._check_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
+        check_model_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
                          (input_dropout, dropout, layer_dropout), dropout_at, force_scale, norm, step_impl,
                          source, source_weight)
         rev.check_memory_args(residual, gradient_checkpointing, checkpoint_segments, reversible)
@@ -283,34 +268,6 @@ class WavyDIFFormer(nn.Module):
         self.final_norm = norm_cls(hidden_channels) if self.pre_norm else None  # pre-norm: the state's only norm
         self.output = nn.Linear(hidden_channels, out_channels)
         self.reset_parameters()
-
-    @staticmethod
-    def _check_args(in_channels, hidden_channels, out_channels, num_layers, residual, residual_options,
-                    rates, dropout_at, force_scale, norm, step_impl, source, source_weight) -> None:
-        for name, value in (
-            ("in_channels", in_channels),
-            ("hidden_channels", hidden_channels),
-            ("out_channels", out_channels),
-            ("num_layers", num_layers),
-        ):
-            check_positive_int(name, value, InputError)
-        check_choice("residual", residual, STEPPERS)
-        if residual_options is not None and not isinstance(residual_options, Mapping):
-            raise InputError(f"residual_options must be a dict of the kind's options, got {residual_options!r}")
-        check_choice("dropout_at", dropout_at, DROPOUT_AT)
-        check_choice("force_scale", force_scale, FORCE_SCALES)
-        check_choice("norm", norm, NORMS)
-        check_choice("step_impl", step_impl, STEP_IMPLS)
-        for name, value in zip(("input_dropout", "dropout", "layer_dropout"), rates):
-            if value is not None and not 0.0 <= value < 1.0:
-                raise InputError(f"{name} must lie in [0, 1), got {value!r}")
-        if source_weight is None:
-            return
-        if isinstance(source_weight, bool) or not isinstance(source_weight, (int, float)) \
-                or not 0.0 <= source_weight < float("inf"):
-            raise InputError(f"source_weight must be a number >= 0, got {source_weight!r}")
-        if not source and source_weight != 1.0:
-            raise InputError(f"source_weight={source_weight!r} needs source=True (it weights the added x_0)")
 
     def reset_parameters(self) -> None:
         """Initialise every parameter (the one place that does)."""
