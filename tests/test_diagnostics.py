@@ -144,7 +144,8 @@ def test_layer_diagnostics_of_a_model(residual):
     assert set(out) == {"dirichlet_energy", "feature_variance", "inter_class_variance", "cosine_similarity", "spectral_gap"}
     model.eval()
     seen = []  # what every conv really receives in the forward (a pre-norm kind: the normed state)
-    handles = [conv.register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach())) for conv in model.convs]
+    handles = [conv.register_forward_pre_hook(lambda mod, args: seen.append(args[0].detach()))
+               for conv in dict.fromkeys(model.convs)]  # a shared attention layer: one hook
     _, hidden = model(data.x, data.edge_index, return_hidden=True)
     for handle in handles:
         handle.remove()
@@ -309,6 +310,7 @@ def test_layer_diagnostics_never_forms_edge_or_float64_state_tensors(monkeypatch
     assert len(out["dirichlet_energy"]) == layers + 1
     assert mode.largest["float"] < ei.shape[1] * c / 4  # nothing near E x d, model included
     # the measures themselves, fed the states and the attention inputs one by one
+    model.eval()  # as layer_diagnostics runs it (the default dropout would draw other states)
     _, hidden = model(data.x, data.edge_index, return_hidden=True)
     stream = LayerStream(model, data.edge_index, data.y)
     with LargestTensor() as mode:
