@@ -17,7 +17,8 @@ grows, so cells cannot share one), and the peak is the whole process's
 (data set, training, the evaluation pass). On CUDA the cells run in this
 process, each after ``torch.cuda.reset_peak_memory_stats``, and the peak is
 ``torch.cuda.max_memory_allocated``. ``time / plain`` divides a cell's
-seconds per epoch by the plain model's at the same depth. A cell whose
+seconds per epoch by the plain model's at the same depth; the rows are
+printed as the cells finish, depth by depth. A cell whose
 estimated peak exceeds ``--max-gb`` is skipped (the estimate extrapolates the
 mode's measured cells linearly in depth; before two are measured it assumes
 about 3 (plain), 1.5 (checkpointed) or 0.5 (reversible) ``N x hidden``
@@ -112,18 +113,27 @@ def fmt_loss(history: list) -> str:
     return f"{losses[0]:.4f} -> {losses[-1]:.4f}" if len(losses) > 1 else (f"{losses[0]:.4f}" if losses else "-")
 
 
+def table_row(row: dict, plain_sec: dict) -> str:
+    if "skip" in row:
+        return f"| {row['mode']} | {row['layers']} | {row['skip']} | - | - | - |"
+    ratio = f"{row['sec'] / plain_sec[row['layers']]:.2f}x" if row["layers"] in plain_sec else "-"
+    return f"| {row['mode']} | {row['layers']} | {row['peak']:,.0f} | {row['sec']:.4g} | {ratio} | {row['loss']} |"
+
+
 def run_all(args, state_mb: float) -> list[dict]:
-    """Every cell, depth by depth (the modes of one depth run back to back, so
-    that their time ratio sees the same load), the rows in mode order."""
-    rows, measured = [], {m: [] for m in args.modes}
+    """Every cell, depth by depth (the modes of one depth back to back, so
+    that their time ratio sees the same load); each row printed when done."""
+    rows, measured, plain_sec = [], {m: [] for m in args.modes}, {}
     tmp = tempfile.mkdtemp(prefix="bench_depth_memory_")
     cells = [(mode, layers) for layers in sorted(set(args.layers + args.reversible_layers)) for mode in args.modes
              if layers in args.layers or mode == "reversible"]
+    print("| mode | layers | peak MB | s/epoch | time / plain | loss (first -> last epoch) |")
+    print("|---|---|---|---|---|---|", flush=True)
     for mode, layers in cells:
         row = {"mode": mode, "layers": layers}
         need = estimate_mb(mode, layers, measured[mode], state_mb)
         if need > args.max_gb * 1024:
-            row["skip"] = f"skipped: would need ~{need / 1024:.0f} GB"
+            row["skip"] = f"skipped: would need ~{need / 1024:.1f} GB"
         else:
             m = run_cell(args, mode, layers, os.path.join(tmp, f"{mode}_{layers}"))
             if "error" in m:
@@ -131,21 +141,11 @@ def run_all(args, state_mb: float) -> list[dict]:
             else:
                 row.update(peak=m["peak_memory_mb"], sec=m["seconds_per_epoch"], loss=fmt_loss(m["history"]))
                 measured[mode].append((layers, m["peak_memory_mb"]))
+                if mode == "plain":
+                    plain_sec[layers] = row["sec"]
         rows.append(row)
-        print(f"# {json.dumps(row)}", file=sys.stderr, flush=True)
-    return sorted(rows, key=lambda r: (args.modes.index(r["mode"]), r["layers"]))
-
-
-def print_table(rows: list[dict]) -> None:
-    plain = {r["layers"]: r["sec"] for r in rows if r["mode"] == "plain" and "sec" in r}
-    print("| mode | layers | peak MB | s/epoch | time / plain | loss (first -> last epoch) |")
-    print("|---|---|---|---|---|---|")
-    for r in rows:
-        if "skip" in r:
-            print(f"| {r['mode']} | {r['layers']} | {r['skip']} | - | - | - |")
-            continue
-        ratio = f"{r['sec'] / plain[r['layers']]:.2f}x" if r["layers"] in plain else "-"
-        print(f"| {r['mode']} | {r['layers']} | {r['peak']:,.0f} | {r['sec']:.4g} | {ratio} | {r['loss']} |")
+        print(table_row(row, plain_sec), flush=True)
+    return rows
 
 
 def plot(rows: list[dict], path: str, title: str) -> None:
@@ -208,7 +208,6 @@ def main() -> None:
              f"plain/checkpointed: {args.residual}, reversible: leapfrog")
     print(f"# {cmd}\n# {title}; {machine_line(args.device)}; skip above {args.max_gb:.1f} GB")
     rows = run_all(args, state_mb)
-    print_table(rows)
     if args.plot:
         plot(rows, args.plot, title)
 
