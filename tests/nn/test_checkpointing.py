@@ -117,6 +117,23 @@ def test_layer_hook_sees_every_state_once_in_every_mode(mode):
         torch.testing.assert_close(a.detach(), b.detach(), rtol=0, atol=1e-12)
 
 
+@pytest.mark.parametrize("segments, recomputed", [(None, [0, 1, 2, 3]), (3, [0, 1, 2, 3]), (6, [0, 1, 2, 3, 4]),
+                                                   (1, [])])
+def test_backward_recomputes_every_segment_but_the_last(segments, recomputed):
+    """6 layers: default ceil(sqrt(6)) = 3 segments (0-1, 2-3, 4-5); backward reruns layers 0-3 once,
+    never the last segment, whose tensors it needs first (one segment: nothing to recompute)."""
+    model = WavyDIFFormer(5, 8, 3, num_layers=6, residual="light_wave", gradient_checkpointing=True,
+                          checkpoint_segments=segments).double().train()
+    calls = []
+    for i, stepper in enumerate(model.steppers):
+        stepper.register_forward_hook(lambda mod, args, out, i=i: calls.append(i))
+    out = model(X, EDGES)
+    assert calls == list(range(6))
+    calls.clear()
+    out.sum().backward()
+    assert sorted(calls) == recomputed
+
+
 def test_without_return_hidden_no_list_is_kept():
     model = WavyDIFFormer(5, 8, 3, num_layers=3).double()
     assert isinstance(model(X, EDGES), torch.Tensor)

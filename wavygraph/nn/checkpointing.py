@@ -10,9 +10,11 @@ and recomputes the segment in the backward pass. The random generator's
 state is restored for the recomputation, so the dropout masks repeat and
 the gradients, and therefore the scores, are those without checkpointing.
 
-Memory: the ``L / k`` segment inputs plus one segment's saved tensors
-(``k`` layers) in backward, instead of every layer's; compute: one more
-forward pass. ``segments`` is the number of segments (as in
+The last segment runs without a checkpoint: the backward pass needs its
+tensors first, so recomputing them would cost time and save nothing (the
+peak is one segment's tensors either way). Memory: the ``L / k`` segment
+inputs plus one segment's saved tensors (``k`` layers), instead of every
+layer's; compute: one more forward pass of all but the last segment. ``segments`` is the number of segments (as in
 ``torch.utils.checkpoint.checkpoint_sequential``); :obj:`None` takes
 :func:`default_segments`.
 """
@@ -77,13 +79,14 @@ class _Segment:
 
 def run_checkpointed(layer: LayerFn, state: StepState, num_layers: int, segments: int | None = None,
                      hook: Hook = None) -> StepState:
-    """All ``num_layers`` layers, each segment checkpointed (see the module)."""
+    """All ``num_layers`` layers, each segment but the last checkpointed (see the module)."""
     segments = default_segments(num_layers) if segments is None else segments
-    for start, stop in segment_bounds(num_layers, segments):
-        x, v = checkpoint(_Segment(layer, start, stop, hook), state.x, state.v,
+    *checkpointed, (start, stop) = segment_bounds(num_layers, segments)
+    for first, last in checkpointed:
+        x, v = checkpoint(_Segment(layer, first, last, hook), state.x, state.v,
                           use_reentrant=False, preserve_rng_state=True)
         state = StepState(x, v)
-    return state
+    return run_layers(layer, state, start, stop, hook)
 
 
 def with_hidden(hook, hidden: list | None):

@@ -15,7 +15,7 @@ from .graph import as_adjacency
 from .joint_ffn import JointFFN
 from .joint_norm import NORMS
 from .model_args import DIFFORMER_ARGS, DROPOUT_AT, FORCE_SCALES, KIND_OPTIONS, KIND_TAU, check_model_args
-from .prenorm import graph_layer_norm
+from .prenorm import graph_centre, graph_layer_norm
 from .steppers import STEPPERS, Stepper, StepState, make_stepper
 from .validate import check_inputs
 
@@ -156,10 +156,11 @@ class WavyDIFFormer(nn.Module):
         gradient_checkpointing (bool, optional): in training with autograd
             on, keep only the input state of each segment of layers and
             recompute the segment in backward
-            (:mod:`wavygraph.nn.checkpointing`); same gradients, one more
-            forward pass. (default: :obj:`False`)
-        checkpoint_segments (int, optional): the number of checkpointed
-            segments; :obj:`None` takes ``ceil(sqrt(num_layers))``. Only with
+            (:mod:`wavygraph.nn.checkpointing`; the last segment is not
+            recomputed); same gradients, about one more forward pass.
+            (default: :obj:`False`)
+        checkpoint_segments (int, optional): the number of segments;
+            :obj:`None` takes ``ceil(sqrt(num_layers))``. Only with
             ``gradient_checkpointing=True``. (default: :obj:`None`)
         reversible (bool, optional): in training with autograd on, compute
             the gradients by inverting the steps, storing no layer's state
@@ -228,7 +229,7 @@ class WavyDIFFormer(nn.Module):
         self.gradient_checkpointing = gradient_checkpointing
         self.checkpoint_segments = checkpoint_segments
         self.reversible = reversible
-        self.pre_norm = bool(getattr(STEPPERS[residual], "pre_norm", False))
+        self.pre_norm = bool(STEPPERS[residual].pre_norm)
         self.in_channels = in_channels
         self.hidden_channels = hidden_channels
         self.out_channels = out_channels
@@ -346,7 +347,7 @@ class WavyDIFFormer(nn.Module):
             zf = self._prenorm(self.ffn_norms[i], x, inputs.batch)
             fx = self.ffns[i](rev.seeded_dropout(zf, p, seed, 3 * i + 2) if state_drop else zf, None)[0]
             force = force + (fx if state_drop else rev.seeded_dropout(fx, p, seed, 3 * i + 2))
-        return force
+        return graph_centre(force, inputs.batch)  # no force on the graph's mean (nothing restores it)
 
     def _prenorm(self, norm: nn.Module, x: Tensor, batch: Tensor | None) -> Tensor:
         """A pre-norm kind's norm: ``norm="layer"`` pools the variance over

@@ -1,6 +1,6 @@
 """The arguments of :class:`~wavygraph.nn.WavyDIFFormer`: their choices,
 the per-kind defaults, DIFFormer's own set and the checks (one-line
-:class:`~wavygraph.nn.validate.InputError`\ s)."""
+:class:`~wavygraph.nn.validate.InputError` messages)."""
 from __future__ import annotations
 
 from collections.abc import Mapping

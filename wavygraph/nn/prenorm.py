@@ -28,10 +28,16 @@ def graph_layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5,
         - **input:** x ``(N, C)``, weight and bias ``(C,)``, batch ``(N,)`` (optional)
         - **output:** ``(N, C)``
     """
+    xc = graph_centre(x, batch)
     if batch is None:
-        xc = x - x.mean(0, keepdim=True)
         ms = xc.pow(2).sum(-1).mean()
     else:
-        xc = x - scatter(x, batch, dim=0, reduce="mean").index_select(0, batch)
         ms = scatter(xc.pow(2).sum(-1, keepdim=True), batch, dim=0, reduce="mean").index_select(0, batch)
     return torch.addcmul(bias, xc * torch.rsqrt(ms + eps), weight)
+
+
+def graph_centre(x: Tensor, batch: Tensor | None = None) -> Tensor:
+    """``x`` less the mean over the nodes of each graph (``batch``)."""
+    if batch is None:
+        return x - x.mean(0, keepdim=True)
+    return x - scatter(x, batch, dim=0, reduce="mean").index_select(0, batch)

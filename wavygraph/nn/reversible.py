@@ -199,7 +199,7 @@ def reconstruction_error(model: nn.Module, x: Tensor, edge_index: Tensor | None 
 
 def invertible_kinds() -> list[str]:
     """The registered kinds whose stepper has an inverse (``invertible = True``)."""
-    return [name for name, cls in STEPPERS.items() if getattr(cls, "invertible", False)]
+    return [name for name, cls in STEPPERS.items() if cls.invertible]
 
 
 def check_memory_args(residual: str, gradient_checkpointing, checkpoint_segments, reversible) -> None:
@@ -212,7 +212,7 @@ def check_memory_args(residual: str, gradient_checkpointing, checkpoint_segments
         raise InputError(f"checkpoint_segments must be a positive integer or None, got {checkpoint_segments!r}")
     if checkpoint_segments is not None and not gradient_checkpointing:
         raise InputError(f"checkpoint_segments={checkpoint_segments!r} needs gradient_checkpointing=True")
-    if reversible and not getattr(STEPPERS[residual], "invertible", False):
+    if reversible and not STEPPERS[residual].invertible:
         raise InputError(f"reversible=True needs a residual kind with an inverse "
                          f"({', '.join(map(repr, invertible_kinds()))}), got {residual!r}")
     if reversible and gradient_checkpointing:

@@ -85,9 +85,9 @@ def test_step_and_inverse_are_the_literal_formulas():
 
 @pytest.mark.parametrize("ffn", [False, True])
 def test_model_is_the_pre_norm_leapfrog(ffn):
-    """Y' = Y + tau F(X), X' = X + tau Y', F = a (A(Z) Z - Z) + w (X0 - Z) [+ FFN(N'(X))], Z = N(X) with
-    the graph's statistics and the LayerNorm's weight and bias; an ordinary final LayerNorm before the
-    output layer; every hidden state compared."""
+    """Y' = Y + tau F(X), X' = X + tau Y', F = G - mean over the nodes of G, G = a (A(Z) Z - Z) + w (X0 - Z)
+    [+ FFN(N'(X))], Z = N(X) with the graph's statistics and the LayerNorm's weight and bias; an ordinary
+    final LayerNorm before the output layer; every hidden state compared."""
     model = _model(source=True, source_weight=0.3, force_scale="rezero", featscale=True, ffn=ffn).eval()
     _randomise(model)
     x = _x()
@@ -100,6 +100,7 @@ def test_model_is_the_pre_norm_leapfrog(ffn):
         if ffn:
             zf = _ln(h, model.ffn_norms[i])
             f = f + model.ffns[i].lin2(F.gelu(model.ffns[i].lin1(zf)))
+        f = f - f.mean(0)
         y = y + 0.7 * f
         h = h + 0.7 * y
         ref_hidden.append(h)
@@ -107,6 +108,22 @@ def test_model_is_the_pre_norm_leapfrog(ffn):
     torch.testing.assert_close(out, model.output(final), rtol=0, atol=1e-12)
     for a, b in zip(hidden, ref_hidden):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)
+
+
+def test_the_graph_mean_does_not_drift():
+    """The force is centred over each graph's nodes: over 1,000 layers the graph's mean of X stays the
+    embedding's (per graph of a batch) while the nodes keep moving; without the centring the mean of this
+    force (beta against X_0's mean) pushes it to ~1e4 by layer 1,000."""
+    batch = torch.tensor([0] * 5 + [1] * 7)
+    model = _model(num_layers=1000, tau=0.5, source=True, source_weight=0.5).eval()
+    with torch.no_grad():
+        for norm in model.norms:
+            norm.bias.copy_(torch.linspace(-1, 1, 8, dtype=norm.bias.dtype))
+    _, hidden = model(_x(), EDGES, batch, return_hidden=True)
+    means = [torch.stack([h[batch == b].mean(0) for b in (0, 1)]) for h in hidden]
+    for m in means[1:]:
+        torch.testing.assert_close(m, means[0], rtol=0, atol=1e-9)
+    assert (hidden[-1] - hidden[0]).abs().max() > 0.1
 
 
 def test_seeded_dropout_repeats_its_mask_and_scales():

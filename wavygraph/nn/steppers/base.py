@@ -59,6 +59,13 @@ class Stepper(nn.Module):
       ``v`` is some other carried state (``light_wave``: the previous
       layer's output), which the norm, FFN and dropout pass through
       untouched.
+    * ``pre_norm`` (default :obj:`False`): the model applies the layer's
+      norm to ``x`` inside the force and none after the step
+      (``leapfrog``); :obj:`False`: the norm follows the step
+      (:meth:`step_and_norm`).
+    * ``invertible`` (default :obj:`False`): the kind has an
+      ``inverse(x, v, force_fn, tau)`` that rebuilds a step's input from
+      its output, which ``reversible=True`` needs (``leapfrog``).
 
     Args:
         channels (int): number of channels ``C`` of the state.
@@ -67,6 +74,8 @@ class Stepper(nn.Module):
 
     second_order = False
     v_is_derivative = True
+    pre_norm = False
+    invertible = False
 
     def __init__(self, channels: int, tau: float = 0.5):
         super().__init__()
