@@ -19,8 +19,10 @@ def test_rezero_at_zero_is_identity(residual_kind):
     _, hidden = model(x, GRAPH, return_hidden=True)
     for h in hidden[1:]:
         assert torch.equal(h, hidden[0])
-    # alpha receives a gradient, so the blocks can switch on
-    model(x, GRAPH).sum().backward()
+    # alpha receives a gradient, so the blocks can switch on (a loss that weighs nodes differently: leapfrog's
+    # force is centred over the nodes, so a plain sum of the outputs has no first-order dependence on alpha)
+    weights = torch.randn(7, 3, dtype=torch.float64)
+    (model(x, GRAPH) * weights).sum().backward()
     assert model.alpha.grad.abs().sum() > 0
     # and a non-zero alpha changes the output
     with torch.no_grad():
