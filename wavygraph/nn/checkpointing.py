@@ -14,7 +14,8 @@ The last segment runs without a checkpoint: the backward pass needs its
 tensors first, so recomputing them would cost time and save nothing (the
 peak is one segment's tensors either way). Memory: the ``L / k`` segment
 inputs plus one segment's saved tensors (``k`` layers), instead of every
-layer's; compute: one more forward pass of all but the last segment. ``segments`` is the number of segments (as in
+layer's; compute: one more forward pass of all but the last segment.
+``segments`` is the number of segments (as in
 ``torch.utils.checkpoint.checkpoint_sequential``); :obj:`None` takes
 :func:`default_segments`.
 """
