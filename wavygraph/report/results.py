@@ -9,8 +9,8 @@ from typing import Sequence
 
 import pandas as pd
 
+from wavygraph.folders import CELL_FILE
 from wavygraph.nn.steppers import STEPPERS
-from wavygraph.sweep.store import CELL_FILE
 
 SCORE_COLUMNS = ("test", "best_val", "best_epoch", "epochs", "seconds", "num_params")
 #: grid keys that repeat a run rather than vary the model: averaged over

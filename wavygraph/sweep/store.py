@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
+from wavygraph.folders import CELL_FILE
 from wavygraph.utils import atomic_write_json
 
 from .spec import Cell, Sweep
@@ -30,7 +31,6 @@ from .spec import Cell, Sweep
 #: :data:`RUNNER_ENV` replaces it (tests use it for a fake trainer).
 DEFAULT_RUNNER = "wavygraph.train:run"
 RUNNER_ENV = "WAVYGRAPH_SWEEP_RUNNER"
-CELL_FILE = "cell.json"
 
 
 def cell_dir(out_dir: str | os.PathLike, h: str) -> Path:

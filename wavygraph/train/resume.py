@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from wavygraph.config import ConfigError
+from wavygraph.keys import UNHASHED_AT
 from wavygraph.utils import atomic_torch_save, flatten
 
 CHECKPOINT = "checkpoint.pt"
@@ -40,8 +41,6 @@ def config_diff(saved: dict, current: dict) -> list[str]:
     it holds the value that keeps the old behaviour (the sweep's
     ``UNHASHED_AT``), nor does ``train.device`` where both name the same device
     (``cpu`` and ``auto`` on a machine without a GPU)."""
-    from wavygraph.sweep.spec import UNHASHED_AT
-
     a, b = flatten(saved), flatten(current)
 
     def differs(key: str) -> bool:
