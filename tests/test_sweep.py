@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from wavygraph import keys
 from wavygraph import sweep as sw
 
 TESTS = Path(__file__).resolve().parent
@@ -147,10 +148,10 @@ def test_the_hash_is_pinned():
 
 
 def test_an_option_added_later_leaves_old_hashes_alone(monkeypatch):
-    """A key of UNHASHED_AT at its listed value hashes as if it did not exist
+    """A key added later (keys.Added) at its listed value hashes as if it did not exist
     (a folder from before the option still matches); any other value counts."""
     old = {"model": {"num_layers": 4}, "train": {"seed": 0}}
-    monkeypatch.setitem(sw.UNHASHED_AT, "model.new_option", "off")
+    monkeypatch.setitem(keys.NEUTRAL_KEYS, "model.new_option", keys.Added("off"))
     assert sw.cell_hash({**old, "model": {"num_layers": 4, "new_option": "off"}}) == sw.cell_hash(old)
     assert sw.cell_hash({**old, "model": {"num_layers": 4, "new_option": "on"}}) != sw.cell_hash(old)
 

@@ -18,8 +18,8 @@ Every cell is one train run (:func:`wavygraph.train.run`) with the config
     OUT/cells/<hash>/   config.yaml, metrics.json, model.pt, cell.json
 
 where ``<hash>`` is a stable hash of the cell's resolved config (without the
-keys that do not change the result, :data:`UNHASHED_KEYS`, and of options
-added later while at their old behaviour, :data:`UNHASHED_AT`). A cell runs
+keys that do not change the result, :data:`wavygraph.keys.NEUTRAL_KEYS`,
+options added later among them while at their old behaviour). A cell runs
 in ``OUT/tmp/`` and is renamed into ``OUT/cells/`` in one :func:`os.rename`
 once complete, so a cell is either complete or absent, whenever the process
 is killed. Rerunning the same command skips the cells present; two processes
@@ -35,7 +35,7 @@ The modules: :mod:`.spec` (sweep file, grid, hash, shards), :mod:`.store`
 from .cli import add_parser, command, main
 from .runner import run_sweep
 from .spec import (
-    SWEEP_KEYS, UNHASHED_AT, UNHASHED_KEYS, Cell, Sweep, SweepError, cell_hash, expand, format_override,
+    SWEEP_KEYS, Cell, Sweep, SweepError, cell_hash, expand, format_override,
     load_sweep, parse_shard, shard_cells,
 )
 from .store import (
@@ -44,7 +44,7 @@ from .store import (
 )
 
 __all__ = [
-    "Sweep", "Cell", "SweepError", "SWEEP_KEYS", "UNHASHED_KEYS", "UNHASHED_AT", "format_override", "load_sweep",
+    "Sweep", "Cell", "SweepError", "SWEEP_KEYS", "format_override", "load_sweep",
     "cell_hash", "expand", "parse_shard", "shard_cells", "CELL_FILE", "DEFAULT_RUNNER", "RUNNER_ENV", "cell_dir",
     "is_done", "clean_stale", "resolve_runner", "run_cell", "write_manifest", "run_sweep", "add_parser",
     "command", "main",

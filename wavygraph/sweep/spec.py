@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import yaml
 from omegaconf import OmegaConf
 
-from wavygraph.keys import UNHASHED_AT, UNHASHED_KEYS
+from wavygraph.keys import MISSING, NEUTRAL_KEYS, hash_ignores
 from wavygraph.utils import flatten
 
 SWEEP_KEYS = ("base", "grid", "set", "out_dir")
@@ -152,14 +152,12 @@ def _drop(tree: dict, dotted: str) -> None:
 
 def cell_hash(config: dict) -> str:
     """Stable 16-hex-digit hash of a resolved config (a plain container),
-    without :data:`UNHASHED_KEYS` and without the keys of
-    :data:`UNHASHED_AT` that hold their listed value."""
+    without the keys that do not change its result
+    (:func:`wavygraph.keys.hash_ignores`)."""
     tree = json.loads(json.dumps(config))  # deep copy
-    for key in UNHASHED_KEYS:
-        _drop(tree, key)
     flat = flatten(tree)
-    for key, value in UNHASHED_AT.items():
-        if key in flat and flat[key] == value:
+    for key in NEUTRAL_KEYS:
+        if hash_ignores(key, flat.get(key, MISSING)):
             _drop(tree, key)
     text = json.dumps(tree, sort_keys=True, separators=(",", ":"))
     return sha256(text.encode()).hexdigest()[:16]

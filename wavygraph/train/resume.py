@@ -20,15 +20,10 @@ import numpy as np
 import torch
 
 from wavygraph.config import ConfigError
-from wavygraph.keys import UNHASHED_AT
+from wavygraph.keys import MISSING, resume_ignores
 from wavygraph.utils import atomic_torch_save, flatten
 
 CHECKPOINT = "checkpoint.pt"
-#: Keys that may differ between the run that wrote a checkpoint and the one resuming it
-#: (gradient checkpointing recomputes the same numbers).
-RESUME_IGNORED = ("train.resume", "train.progress", "train.checkpoint_every", "train.diagnostics", "out_dir",
-                  "model.gradient_checkpointing", "model.checkpoint_segments")
-_UNSET = "<unset>"
 
 
 def checkpoint_path(out_dir: str) -> str:
@@ -36,18 +31,17 @@ def checkpoint_path(out_dir: str) -> str:
 
 
 def config_diff(saved: dict, current: dict) -> list[str]:
-    """Dotted keys whose values differ (ignoring :data:`RESUME_IGNORED`). A key
-    added to the config after the checkpoint was written does not differ while
-    it holds the value that keeps the old behaviour (the sweep's
-    ``UNHASHED_AT``), nor does ``train.device`` where both name the same device
-    (``cpu`` and ``auto`` on a machine without a GPU)."""
+    """Dotted keys whose values differ, but for the keys that do not change
+    the training (:func:`wavygraph.keys.resume_ignores`: among them a key
+    added to the config after the checkpoint was written, while it holds the
+    value that keeps the old behaviour); ``train.device`` does not differ
+    where both name the same device (``cpu`` and ``auto`` on a machine
+    without a GPU)."""
     a, b = flatten(saved), flatten(current)
 
     def differs(key: str) -> bool:
-        old, new = a.get(key, _UNSET), b.get(key, _UNSET)
-        if key in RESUME_IGNORED or old == new:
-            return False
-        if old == _UNSET and key in UNHASHED_AT and new == UNHASHED_AT[key]:
+        old, new = a.get(key, MISSING), b.get(key, MISSING)
+        if old == new or resume_ignores(key, old, new):
             return False
         if key == "train.device":
             return _device_of(old) != _device_of(new)
