@@ -1,8 +1,7 @@
 """The ``wavygraph`` command: ``wavygraph train | sweep | report | demo``.
 
 Every module listed in :data:`SUBCOMMANDS` provides ``add_parser(subparsers)``
-that adds its subcommand and sets ``func(args) -> int``; a module that does not
-exist (yet) is skipped. Errors of our own checks (:class:`ConfigError`,
+that adds its subcommand and sets ``func(args) -> int``. Errors of our own checks (:class:`ConfigError`,
 :class:`WavygraphDataError`, ``ValueError``) print ``wavygraph: error: <one
 line>`` on stderr and exit with code 2, without a traceback. The
 ``FutureWarning`` that PyTorch Geometric's import raises on torch >= 2.14
@@ -18,11 +17,6 @@ import warnings
 SUBCOMMANDS = ["wavygraph.train.cli", "wavygraph.sweep.cli", "wavygraph.report", "wavygraph.demo"]
 
 
-def _missing(exc: ModuleNotFoundError, module: str) -> bool:
-    """True when ``exc`` says ``module`` itself (or a parent) does not exist."""
-    return exc.name is not None and (module == exc.name or module.startswith(exc.name + "."))
-
-
 def build_parser() -> argparse.ArgumentParser:
     from wavygraph import __version__
 
@@ -30,14 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"wavygraph {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if _missing(exc, name):
-                continue
-            raise
-        if hasattr(module, "add_parser"):
-            module.add_parser(subparsers)
+        importlib.import_module(name).add_parser(subparsers)
     return parser
 
 

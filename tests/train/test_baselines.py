@@ -19,7 +19,10 @@ from wavygraph.config import ARCHS, ConfigError, arch_keys, load_config, wavy_mo
 from wavygraph.data import DatasetInfo
 from wavygraph.nn import gcn_adjacency
 from wavygraph.train import loop, run
+from wavygraph.train.distributed import DistContext
 from wavygraph.train.models import _as_edge_index, build_model, param_groups
+from wavygraph.train.resume import TrainState
+from wavygraph.train.run_state import TrainingRun
 
 BASELINES = ("gcn", "mlp", "gcnii", "sgformer")
 SMALL = ["data.name=csbm", "data.csbm.preset=small", "data.csbm.num_nodes=300", "model.num_layers=2",
@@ -175,10 +178,13 @@ def _easy_graph(n=90, classes=3, seed=0):
 def test_baselines_learn_an_easy_graph(arch):
     torch.manual_seed(0)
     data, info = _easy_graph(), _info(3, 3)
-    model = build_model(_cfg(arch, "model.num_layers=2", "model.hidden_channels=16", "model.dropout=0.1"), info)
+    cfg = _cfg(arch, "model.num_layers=2", "model.hidden_channels=16", "model.dropout=0.1")
+    model = build_model(cfg, info)
     opt = torch.optim.Adam(param_groups(model, 5e-4), lr=0.02)
     gen = torch.Generator().manual_seed(0)
-    losses = [loop.train_epoch(model, opt, data, info, None, torch.device("cpu"), gen) for _ in range(60)]
+    job = TrainingRun(cfg=cfg, data=data, info=info, device=torch.device("cpu"), ctx=DistContext(), model=model,
+                      core=model, optimizer=opt, generator=gen, config={}, state=TrainState(), start=0.0)
+    losses = [loop.train_epoch(job) for _ in range(60)]
     scores = loop.evaluate(model, data, info)
     assert losses[-1] < 0.5 * losses[0]
     assert scores["test"] >= 0.9  # chance: 1/3

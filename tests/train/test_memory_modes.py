@@ -52,9 +52,9 @@ def test_checkpointing_run_resumed_matches_the_plain_run(tmp_path, monkeypatch):
     plain = run(load_config(None, SMALL + extra + [f"out_dir={tmp_path / 'plain'}"]))
     real = loop.save_checkpoint
 
-    def save_then_stop(state, *args, **kwargs):
-        real(state, *args, **kwargs)
-        if state.epoch == 2:
+    def save_then_stop(job):
+        real(job)
+        if job.state.epoch == 2:
             raise KeyboardInterrupt  # the run stops right after its checkpoint of epoch 2
 
     monkeypatch.setattr(loop, "save_checkpoint", save_then_stop)

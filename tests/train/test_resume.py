@@ -39,9 +39,9 @@ from wavygraph.train import loop
 
 real = loop.save_checkpoint
 
-def save_then_die(state, *args, **kwargs):
-    real(state, *args, **kwargs)
-    if state.epoch == int(os.environ["KILL_AT"]):
+def save_then_die(job):
+    real(job)
+    if job.state.epoch == int(os.environ["KILL_AT"]):
         os.kill(os.getpid(), signal.SIGKILL)
 
 loop.save_checkpoint = save_then_die

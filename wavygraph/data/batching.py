@@ -1,8 +1,6 @@
 """DIFFormer's random-partition mini-batches and chunked evaluation."""
 from __future__ import annotations
 
-from typing import Iterator
-
 import torch
 from torch import Tensor
 from torch_geometric.data import Data
@@ -37,8 +35,3 @@ def induced_subgraph(data: Data, nodes: Tensor) -> Data:
         if value.dim() > 0 and value.shape[0] == data.num_nodes:
             sub[key] = value[nodes]
     return sub
-
-
-def iter_subgraphs(data: Data, parts: list[Tensor]) -> Iterator[Data]:
-    for nodes in parts:
-        yield induced_subgraph(data, nodes)

@@ -9,6 +9,7 @@ from typing import Sequence
 
 import pandas as pd
 
+from wavygraph.config import model_label
 from wavygraph.folders import CELL_FILE
 from wavygraph.nn.steppers import STEPPERS
 
@@ -76,8 +77,7 @@ def _result_row(rec: dict, keys: Sequence[str]) -> dict:
     for key in keys:
         row[key] = rec["params"].get(key, get_dotted(cfg, key))
     row["depth"] = get_dotted(cfg, "model.num_layers")
-    arch = get_dotted(cfg, "model.arch", "wavy")  # a baseline (gcn, gcnii, ...) is its own column
-    row["residual"] = get_dotted(cfg, "model.residual") if arch == "wavy" else arch
+    row["residual"] = model_label(cfg.get("model") or {})  # a baseline (gcn, gcnii, ...) is its own column
     row["seed"] = get_dotted(cfg, "train.seed")
     row["split"] = get_dotted(cfg, "data.split")
     row["dataset"] = get_dotted(cfg, "data.name")

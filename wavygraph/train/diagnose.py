@@ -7,14 +7,10 @@ import sys
 import torch
 from torch_geometric.data import Data
 
+from wavygraph.diagnostics import layer_diagnostics
 from wavygraph.nn import WavyDIFFormer
 
 from .run_state import TrainingRun
-
-try:
-    from wavygraph.diagnostics import layer_diagnostics
-except ImportError:
-    layer_diagnostics = None
 
 
 def run_diagnostics(job: TrainingRun) -> dict | None:
@@ -22,7 +18,7 @@ def run_diagnostics(job: TrainingRun) -> dict | None:
     (``train.diagnostics``; none for the baselines), or ``None``; a failing
     measure only warns, so that the trained run is kept."""
     core = job.core
-    if not (job.cfg.train.diagnostics and layer_diagnostics is not None and isinstance(core, WavyDIFFormer)):
+    if not (job.cfg.train.diagnostics and isinstance(core, WavyDIFFormer)):
         return None
     core.eval()
     data = job.data

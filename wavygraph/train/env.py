@@ -1,7 +1,7 @@
 """The process a run trains in: seeds, device, CPU threads and peak memory.
 
 ``train.device`` is resolved here (:func:`resolve_device`); the device a run
-trained on is ``TrainingRun.device`` (:mod:`.setup`).
+trained on is ``TrainingRun.device`` (:mod:`.run_state`).
 """
 from __future__ import annotations
 

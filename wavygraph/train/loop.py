@@ -22,10 +22,10 @@ import sys
 import time
 
 from omegaconf import DictConfig
-from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
-from wavygraph.data import DatasetInfo, induced_subgraph, random_partition
+from wavygraph.config import model_label
+from wavygraph.data import induced_subgraph, random_partition
 
 from . import distributed as dist_utils
 from .evaluation import evaluate, graph_input, loss_fn
@@ -62,22 +62,23 @@ def run(cfg: DictConfig) -> dict:
         dist_utils.teardown(ctx)
 
 
-def train_epoch(
-    model, optimizer, data: Data, info: DatasetInfo, batch_size: int | None, device, generator, full_input=None,
-    dist_ctx: "dist_utils.DistContext | None" = None,
-) -> float:
-    """One epoch; returns the mean training loss (of this rank's chunks).
-    With a distributed ``dist_ctx`` the rank takes its share of the chunks
+def train_epoch(job: TrainingRun, full_input=None) -> float:
+    """One epoch of ``job.model`` (chunks of ``train.batch_size`` drawn
+    from ``job.generator``); returns the mean training loss (of this rank's
+    chunks). ``full_input``: the whole graph's ``(x, adj)``, built once for a
+    full-batch run. Distributed, the rank takes its share of the chunks
     (see :mod:`wavygraph.train.distributed`) and steps even on a chunk
     without training nodes, so that every rank joins every all-reduce."""
+    model, optimizer, data, info, device = job.model, job.optimizer, job.data, job.info, job.device
+    batch_size = job.cfg.train.batch_size
     model.train()
     if not batch_size or batch_size >= data.num_nodes:
         parts = [None]
     else:
-        parts = random_partition(data.num_nodes, batch_size, generator)
-    distributed = dist_ctx is not None and dist_ctx.enabled
+        parts = random_partition(data.num_nodes, batch_size, job.generator)
+    distributed = job.ctx.enabled
     if distributed:
-        parts = dist_utils.chunks_of_rank(parts, dist_ctx)
+        parts = dist_utils.chunks_of_rank(parts, job.ctx)
     losses, weights = [], []
     for nodes in parts:
         if nodes is None:
@@ -103,26 +104,14 @@ def train_epoch(
     return sum(losses) / max(sum(weights), 1)
 
 
-def _model_label(m: DictConfig) -> str:
-    """The residual kind of a wavy model, else the baseline's ``arch``."""
-    arch = m.get("arch", "wavy")
-    return m.residual if arch == "wavy" else arch
-
-
 def progress_bar(job: TrainingRun) -> tqdm:
     """The epochs still to run under a tqdm bar on stderr (``train.progress``,
     rank 0, not for a run that had stopped)."""
     t, state = job.cfg.train, job.state
     return tqdm(range(state.epoch + 1, t.epochs + 1),
-                desc=f"{job.info.name} {_model_label(job.cfg.model)} L{job.cfg.model.num_layers}",
+                desc=f"{job.info.name} {model_label(job.cfg.model)} L{job.cfg.model.num_layers}",
                 disable=not t.progress or not job.ctx.is_main or state.stopped, file=sys.stderr,
                 dynamic_ncols=True, initial=state.epoch, total=t.epochs)
-
-
-def checkpoint(job: TrainingRun) -> None:
-    """``out_dir/checkpoint.pt`` (every rank calls it: the RNG states are gathered)."""
-    save_checkpoint(job.state, job.out_dir, job.config, job.core, job.optimizer, job.generator, job.ctx,
-                    dist_utils.gather)
 
 
 def train_epochs(job: TrainingRun) -> None:
@@ -134,8 +123,7 @@ def train_epochs(job: TrainingRun) -> None:
     bar = progress_bar(job)
     for epoch in ([] if state.stopped else bar):
         tick = time.time()
-        loss = train_epoch(job.model, job.optimizer, job.data, job.info, t.batch_size, job.device, job.generator,
-                           full_input, job.ctx)
+        loss = train_epoch(job, full_input)
         state.epoch_seconds.append(time.time() - tick)
         state.epoch = epoch
         stop = False
@@ -144,7 +132,7 @@ def train_epochs(job: TrainingRun) -> None:
         done = stop or epoch == t.epochs
         if t.checkpoint_every and (epoch % t.checkpoint_every == 0 or done):
             state.stopped = done
-            checkpoint(job)
+            save_checkpoint(job)  # every rank: the RNG states are gathered
         if stop:
             break
     bar.close()

@@ -15,6 +15,7 @@ import os
 import random
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -22,6 +23,11 @@ import torch
 from wavygraph.config import ConfigError
 from wavygraph.keys import MISSING, resume_ignores
 from wavygraph.utils import atomic_torch_save, flatten
+
+from .distributed import gather
+
+if TYPE_CHECKING:  # the run's state is built from this module's TrainState
+    from .run_state import TrainingRun
 
 CHECKPOINT = "checkpoint.pt"
 
@@ -137,31 +143,32 @@ class TrainState:
 _STATE_KEYS = ("best", "best_state", "history", "since_best", "epoch_seconds", "epoch", "stopped")
 
 
-def restore(train_cfg, out_dir: str, config: dict, model: torch.nn.Module, optimizer, generator: torch.Generator,
-            ctx) -> TrainState:
-    """A fresh :class:`TrainState` (best weights: the initial ones), or, with
-    ``train.resume`` and a checkpoint in ``out_dir``, the checkpoint's state
-    with the model, optimizer and this rank's RNGs loaded from it."""
-    ckpt = load_checkpoint(checkpoint_path(out_dir), config, ctx.world_size) if train_cfg.resume else None
+def restore(job: TrainingRun) -> TrainState:
+    """A fresh :class:`TrainState` (best weights: ``job.core``'s initial
+    ones), or, with ``train.resume`` and a checkpoint in ``out_dir``, the
+    checkpoint's state with ``job.core``, ``job.optimizer`` and this rank's
+    RNGs loaded from it."""
+    resume, out_dir, ctx, model = job.cfg.train.resume, job.out_dir, job.ctx, job.core
+    ckpt = load_checkpoint(checkpoint_path(out_dir), job.config, ctx.world_size) if resume else None
     if ckpt is None:
-        if train_cfg.resume and ctx.is_main:
+        if resume and ctx.is_main:
             print(f"wavygraph: no checkpoint in {out_dir}; starting from epoch 1", file=sys.stderr, flush=True)
         return TrainState(best_state=copy.deepcopy(model.state_dict()))
     model.load_state_dict(ckpt["model"])
-    optimizer.load_state_dict(ckpt["optimizer"])
-    set_rng_state(ckpt["rng"][ctx.rank], generator)
+    job.optimizer.load_state_dict(ckpt["optimizer"])
+    set_rng_state(ckpt["rng"][ctx.rank], job.generator)
     if ctx.is_main:
         print(f"wavygraph: resuming {out_dir} after epoch {ckpt['epoch']}", file=sys.stderr, flush=True)
     return TrainState(**{key: ckpt[key] for key in _STATE_KEYS})
 
 
-def save_checkpoint(state: TrainState, out_dir: str, config: dict, model: torch.nn.Module, optimizer,
-                    generator: torch.Generator, ctx, gather) -> None:
-    """Write ``out_dir/checkpoint.pt`` atomically (rank 0); every rank must
-    call it, as ``gather`` collects the RNG states of all ranks."""
-    rngs = gather(rng_state(generator), ctx)
-    if not ctx.is_main:
+def save_checkpoint(job: TrainingRun) -> None:
+    """Write ``job.state``, ``job.core``, ``job.optimizer`` and the RNG states
+    to ``out_dir/checkpoint.pt`` atomically (rank 0); every rank must call
+    it, as the RNG states of all ranks are gathered."""
+    rngs = gather(rng_state(job.generator), job.ctx)
+    if not job.ctx.is_main:
         return
-    ckpt = {"config": config, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rngs,
-            **{key: getattr(state, key) for key in _STATE_KEYS}}
-    atomic_torch_save(ckpt, checkpoint_path(out_dir))
+    ckpt = {"config": job.config, "model": job.core.state_dict(), "optimizer": job.optimizer.state_dict(),
+            "rng": rngs, **{key: getattr(job.state, key) for key in _STATE_KEYS}}
+    atomic_torch_save(ckpt, checkpoint_path(job.out_dir))

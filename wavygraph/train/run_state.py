@@ -102,7 +102,8 @@ def prepare(cfg: DictConfig, data: Data, info: DatasetInfo, device: torch.device
     optimizer = torch.optim.Adam(param_groups(core, t.weight_decay), lr=t.lr, weight_decay=t.weight_decay)
     generator = torch.Generator().manual_seed(t.seed)
     config = OmegaConf.to_container(cfg, resolve=True)
-    state = restore(t, str(cfg.out_dir), config, core, optimizer, generator, ctx)
-    return TrainingRun(cfg=cfg, data=data, info=info, device=device, ctx=ctx, model=model, core=core,
-                       optimizer=optimizer, generator=generator, config=config, state=state,
-                       start=time.time() if start is None else start)
+    job = TrainingRun(cfg=cfg, data=data, info=info, device=device, ctx=ctx, model=model, core=core,
+                      optimizer=optimizer, generator=generator, config=config, state=TrainState(),
+                      start=time.time() if start is None else start)
+    job.state = restore(job)
+    return job
