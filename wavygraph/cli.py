@@ -1,7 +1,8 @@
 """The ``wavygraph`` command: ``wavygraph train | sweep | report | demo``.
 
 Every module listed in :data:`SUBCOMMANDS` provides ``add_parser(subparsers)``
-that adds its subcommand and sets ``func(args) -> int``. Errors of our own checks (:class:`ConfigError`,
+that adds its subcommand and sets ``func(args) -> int``. Errors of our own
+checks (:class:`ConfigError`,
 :class:`WavygraphDataError`, ``ValueError``) print ``wavygraph: error: <one
 line>`` on stderr and exit with code 2, without a traceback. The
 ``FutureWarning`` that PyTorch Geometric's import raises on torch >= 2.14
