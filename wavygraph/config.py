@@ -41,15 +41,6 @@ DIST_BACKENDS = ("auto", "gloo", "nccl")
 ARCHS = ("wavy", "gcn", "mlp", "gcnii", "sgformer")
 
 
-def model_label(model) -> str:
-    """The name of a run's model in progress bars and report columns: the
-    residual kind of a wavy model, else the baseline's ``arch``. ``model``: the
-    ``model`` section of a config (a :class:`DictConfig` or a plain dict;
-    without ``arch``, the wavy model)."""
-    arch = model.get("arch", "wavy")
-    return model.get("residual") if arch == "wavy" else arch
-
-
 class ConfigError(ValueError):
     """An invalid configuration: unknown key, wrong type or bad value."""
 
@@ -410,3 +401,12 @@ def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:
 def to_yaml(cfg: DictConfig) -> str:
     """The resolved config as YAML text."""
     return OmegaConf.to_yaml(cfg, resolve=True)
+
+
+def model_label(model) -> str:
+    """The name of a run's model in progress bars and report columns: the
+    residual kind of a wavy model, else the baseline's ``arch``. ``model``: the
+    ``model`` section of a config (a :class:`DictConfig` or a plain dict;
+    without ``arch``, the wavy model)."""
+    arch = model.get("arch", "wavy")
+    return model.get("residual") if arch == "wavy" else arch
