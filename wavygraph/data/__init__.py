@@ -18,7 +18,9 @@ Registered (:data:`DATASETS`): ``ogbn-arxiv``, ``ogbn-proteins``,
 ``cornell``, ``texas``, ``wisconsin``, ``chameleon``, ``squirrel``,
 ``roman-empire``, ``amazon-ratings``, ``minesweeper``, ``tolokers``,
 ``questions``, ``amazon-computers``, ``amazon-photo``, ``coauthor-cs``,
-``coauthor-physics``, ``wikics``; the synthetic ``csbm``; and ``file``, a
+``coauthor-physics``, ``wikics``; Platonov et al.'s ``chameleon-filtered``
+and ``squirrel-filtered`` (the authors' ``.npz``, 10 splits,
+:mod:`wavygraph.data.platonov`); the synthetic ``csbm``; and ``file``, a
 graph of your own (``.pt``, GraphML, GML or an edge list; ``load_dataset(
 "file", path=...)``, :mod:`wavygraph.data.files`). :func:`from_networkx`
 turns a networkx graph into a training-ready ``Data`` (``docs/own_graphs.md``).

@@ -15,6 +15,7 @@ from .errors import UnknownDatasetError, WavygraphDataError
 from .files import load_file_graph
 from .info import DatasetInfo
 from .ogbn import load_ogbn
+from .platonov import FILTERED, load_filtered
 from .pyg import PYG_SOURCES, load_pyg
 from .splits import SPLIT_MODES, per_class_split
 from .validate import check_data
@@ -27,7 +28,7 @@ class DatasetSpec:
     name: str
     loader: Callable[..., tuple[Data, DatasetInfo]]
     description: str
-    source: str  # "ogb", "pyg", "synthetic" or "file"
+    source: str  # "ogb", "pyg", "platonov", "synthetic" or "file"
 
 
 DATASETS: dict[str, DatasetSpec] = {}
@@ -42,6 +43,10 @@ for _name in ("ogbn-arxiv", "ogbn-proteins", "ogbn-products"):
     register(DatasetSpec(_name, partial(load_ogbn, _name), f"{_name} (OGB loader, official split, OGB Evaluator)", "ogb"))
 for _name, _src in PYG_SOURCES.items():
     register(DatasetSpec(_name, partial(load_pyg, _name, _src), f"PyG {_src.cls_name}", "pyg"))
+for _name in FILTERED:
+    register(DatasetSpec(
+        _name, partial(load_filtered, _name), f"{_name} (Platonov et al.'s file, 10 splits)", "platonov"
+    ))
 register(
     DatasetSpec(
         "csbm",
@@ -59,6 +64,9 @@ register(
         "file",
     )
 )
+
+#: the sources read from ``root`` and fetched when missing (they take no options but ``download``)
+DOWNLOADED = ("ogb", "pyg", "platonov")
 
 ALIASES = {"film": "actor", "arxiv": "ogbn-arxiv", "proteins": "ogbn-proteins", "products": "ogbn-products"}
 
@@ -101,9 +109,9 @@ def load_dataset(
     if split_mode not in SPLIT_MODES:
         raise WavygraphDataError(f"unknown split_mode {split_mode!r}; choose one of {', '.join(SPLIT_MODES)}")
     spec = DATASETS[key]
-    if options and spec.source in ("ogb", "pyg"):
+    if options and spec.source in DOWNLOADED:
         raise WavygraphDataError(f"{key} takes no options, got {', '.join(options)}")
-    if spec.source in ("ogb", "pyg"):
+    if spec.source in DOWNLOADED:
         options = {"download": bool(download)}
     drawn = split_mode == "per_class"
     data, info = spec.loader(root=root, split=0 if drawn else split, **options)
