@@ -4,16 +4,41 @@ one line, and the warning filter of the command line.
 
 An atomic write goes to a temporary file in the target's folder, which is
 then moved over the target with :func:`os.replace`: a reader (or a process
-killed half-way) never sees half a file.
+killed half-way) never sees half a file. The file gets the mode of any
+file the user creates (``0o666`` less the umask), not ``mkstemp``'s
+``0o600``, so that colleagues sharing a machine can read the results.
+JSON is written strictly (RFC 8259): a value that is not finite becomes
+``null``.
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 import warnings
 from typing import IO, Any, Callable
+
+
+def umask() -> int:
+    """The process's umask (read from ``/proc`` where it can be, so that it is
+    never changed, even for a moment)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode a new file gets from ``open``: ``0o666`` less the umask."""
+    return 0o666 & ~umask()
 
 
 @contextlib.contextmanager
@@ -23,6 +48,7 @@ def _atomic(path: str | os.PathLike, mode: str):
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
+        os.fchmod(fd, file_mode())  # mkstemp's 0o600 would hide the file from the user's group
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
@@ -44,19 +70,37 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write(path, lambda f: f.write(text))
 
 
-def _json_default(obj: Any) -> Any:
-    """Tensors and NumPy values as lists / numbers; anything else as text."""
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
+def strict_json(obj: Any) -> Any:
+    """``obj`` with every value JSON can hold as it is: dicts (keys as text),
+    lists (from lists, tuples, tensors and arrays), numbers (NumPy and
+    one-element tensor values too), text, booleans and ``None``; a float that
+    is not finite (NaN, +-inf) becomes ``None`` and anything else its text."""
+    if obj is None or isinstance(obj, (bool, str, int)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k) if not isinstance(k, (str, int, float, bool)) else k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if hasattr(obj, "tolist"):  # tensors, arrays and NumPy scalars
+        return strict_json(obj.tolist())
     if hasattr(obj, "item"):
-        return obj.item()
+        return strict_json(obj.item())
     return str(obj)
 
 
+def dumps_json(obj: Any, **kwargs) -> str:
+    """``json.dumps`` of :func:`strict_json` ``(obj)``: strict JSON (``null``
+    where a value is not finite), for files and printed summaries alike."""
+    return json.dumps(strict_json(obj), allow_nan=False, **kwargs)
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any, sort_keys: bool = False) -> None:
-    """``obj`` as indented JSON (NaN allowed, tensors and arrays as lists)."""
-    atomic_write(path, lambda f: json.dump(obj, f, indent=2, sort_keys=sort_keys, allow_nan=True,
-                                           default=_json_default))
+    """``obj`` as indented strict JSON (:func:`strict_json`: ``null`` where a
+    value is not finite; tensors and arrays as lists)."""
+    text = dumps_json(obj, indent=2, sort_keys=sort_keys)
+    atomic_write(path, lambda f: f.write(text))
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 
@@ -25,6 +24,7 @@ def main(args: argparse.Namespace) -> int:
     from wavygraph.config import load_config
     from wavygraph.train import run
     from wavygraph.train.env import resolve_device
+    from wavygraph.utils import dumps_json
 
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
@@ -42,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
             "seconds_per_epoch", "peak_memory_mb", "num_params", "device")
     summary = {k: metrics[k] for k in keys}
     try:
-        print(json.dumps(summary))
+        print(dumps_json(summary))
         print(f"wrote {cfg.out_dir}/config.yaml, model.pt, metrics.json", flush=True)
     except BrokenPipeError:  # e.g. piped into head
         pass
