@@ -16,7 +16,9 @@ import contextlib
 import json
 import math
 import os
+import shutil
 import tempfile
+import uuid
 import warnings
 from typing import IO, Any, Callable
 
@@ -107,6 +109,50 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     import torch
 
     atomic_write(path, lambda f: torch.save(obj, f), binary=True)
+
+
+def folder_problem(path: str | os.PathLike, key: str, beside: bool = False) -> str | None:
+    """Why ``path`` cannot be a folder this process creates and writes, in
+    one line that names ``key`` and the fix, or ``None`` when it can: it
+    must not be a file nor lie under one, and the folder written in (the
+    nearest existing one of ``path``, or with ``beside`` of its parent, where
+    a folder published by rename is made) must be writable."""
+    shown = os.fspath(path)
+    path = os.path.abspath(shown)
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"{key}={shown} is a file, not a folder; choose another {key} or move the file away"
+    probe = os.path.dirname(path) if beside else path
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"{key}={shown}: {probe} is a file, so no folder can be made under it; choose another {key}"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{key}={shown}: cannot write in {probe} (permission denied); choose a writable {key}"
+    return None
+
+
+def publish_dir(tmp: str | os.PathLike, final: str | os.PathLike, replace: bool = False) -> None:
+    """Rename the complete folder ``tmp`` to ``final`` (same file system): one
+    atomic :func:`os.rename`, which also takes the place of an empty
+    ``final``. A ``final`` that holds files raises :class:`OSError`, or with
+    ``replace`` is first renamed aside (``.<name>.replaced.<token>``, removed
+    once ``tmp`` is in place; put back if the second rename fails)."""
+    tmp, final = os.fspath(tmp), os.fspath(final)
+    try:
+        os.rename(tmp, final)
+        return
+    except OSError:
+        if not (replace and os.path.isdir(final)):
+            raise
+    parent, name = os.path.split(os.path.abspath(final))
+    aside = os.path.join(parent, f".{name}.replaced.{uuid.uuid4().hex[:8]}")
+    os.rename(final, aside)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        os.rename(aside, final)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -22,13 +22,14 @@ from typing import Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from wavygraph.utils import atomic_write_json
+from wavygraph.utils import atomic_write_json, publish_dir
 
 from .spec import Cell, Sweep
 
-#: ``module:function`` of the train entry point; the environment variable
+#: ``module:function`` of the train entry point (one that writes straight into
+#: the cell's temporary folder, which the sweep publishes); the environment variable
 #: :data:`RUNNER_ENV` replaces it (tests use it for a fake trainer).
-DEFAULT_RUNNER = "wavygraph.train:run"
+DEFAULT_RUNNER = "wavygraph.train.loop:run_in_place"
 RUNNER_ENV = "WAVYGRAPH_SWEEP_RUNNER"
 CELL_FILE = "cell.json"
 
@@ -111,7 +112,7 @@ def _publish(tmp: Path, final: Path, out_dir: str, h: str) -> str:
     """Rename ``tmp`` to ``final``: ``done``, or ``duplicate`` when another
     process published the cell first."""
     try:
-        os.rename(tmp, final)  # the completion: one atomic rename
+        publish_dir(tmp, final)  # the completion: one atomic rename
         status = "done"
     except OSError:
         if not is_done(out_dir, h):

@@ -1,7 +1,8 @@
 """Training checkpoints for ``train.resume``.
 
-``out_dir/checkpoint.pt`` (written atomically every ``train.checkpoint_every``
-epochs and at the end) holds everything the loop needs to continue exactly
+``checkpoint.pt`` (written atomically every ``train.checkpoint_every``
+epochs and at the end into the run's folder: the work folder while the run
+lasts, ``out_dir`` once it is published, see :mod:`.run_folder`) holds everything the loop needs to continue exactly
 where it stopped: model and optimizer state, the RNG states of Python, NumPy,
 torch (and CUDA) and of the partition generator, per rank, the epoch, the
 best-so-far scores and weights, the history and the early-stopping counter.
@@ -145,11 +146,13 @@ _STATE_KEYS = ("best", "best_state", "history", "since_best", "epoch_seconds", "
 
 
 def restore(train_cfg, out_dir: str, config: dict, model: torch.nn.Module, optimizer, generator: torch.Generator,
-            ctx) -> TrainState:
+            ctx, path: str | None = None) -> TrainState:
     """A fresh :class:`TrainState` (best weights: the initial ones), or, with
-    ``train.resume`` and a checkpoint in ``out_dir``, the checkpoint's state
-    with the model, optimizer and this rank's RNGs loaded from it."""
-    ckpt = load_checkpoint(checkpoint_path(out_dir), config, ctx.world_size) if train_cfg.resume else None
+    ``train.resume`` and a checkpoint at ``path`` (default: in ``out_dir``),
+    the checkpoint's state with the model, optimizer and this rank's RNGs
+    loaded from it. ``out_dir`` names the run in the messages."""
+    path = checkpoint_path(out_dir) if path is None else path
+    ckpt = load_checkpoint(path, config, ctx.world_size) if train_cfg.resume else None
     if ckpt is None:
         if train_cfg.resume and ctx.is_main:
             print(f"wavygraph: no checkpoint in {out_dir}; starting from epoch 1", file=sys.stderr, flush=True)
