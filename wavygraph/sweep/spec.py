@@ -171,10 +171,10 @@ def _drop(tree: dict, dotted: str) -> None:
     tree.pop(last, None)
 
 
-def cell_hash(config: dict) -> str:
-    """Stable 16-hex-digit hash of a resolved config (a plain container),
-    without :data:`UNHASHED_KEYS` and without the keys of
-    :data:`UNHASHED_AT` that hold their listed value."""
+def hashed_config(config: dict) -> dict:
+    """The part of a resolved config (a plain container) that a cell's hash
+    covers, as a new tree: without :data:`UNHASHED_KEYS` and without the keys
+    of :data:`UNHASHED_AT` that hold their listed value."""
     tree = json.loads(json.dumps(config))  # deep copy
     for key in UNHASHED_KEYS:
         _drop(tree, key)
@@ -182,7 +182,13 @@ def cell_hash(config: dict) -> str:
     for key, value in UNHASHED_AT.items():
         if key in flat and flat[key] == value:
             _drop(tree, key)
-    text = json.dumps(tree, sort_keys=True, separators=(",", ":"))
+    return tree
+
+
+def cell_hash(config: dict) -> str:
+    """Stable 16-hex-digit hash of a resolved config (a plain container):
+    of its :func:`hashed_config`."""
+    text = json.dumps(hashed_config(config), sort_keys=True, separators=(",", ":"))
     return sha256(text.encode()).hexdigest()[:16]
 
 
