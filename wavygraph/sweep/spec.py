@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import yaml
 from omegaconf import OmegaConf
 
+from wavygraph.data.fingerprint import content_of, data_fingerprint
 from wavygraph.utils import flatten
 
 SWEEP_KEYS = ("base", "grid", "set", "out_dir")
@@ -61,12 +62,14 @@ class Sweep:
 
 @dataclass(frozen=True)
 class Cell:
-    """One grid point: its ``hash``, its grid values ``params`` and the
-    resolved config as a plain container."""
+    """One grid point: its ``hash``, its grid values ``params``, the
+    resolved config as a plain container and, for a graph file, the files'
+    ``fingerprint`` (:func:`~wavygraph.data.fingerprint.data_fingerprint`)."""
 
     hash: str
     params: dict
     config: dict
+    fingerprint: dict | None = None
 
 
 def format_override(key: str, value: Any) -> str:
@@ -185,10 +188,15 @@ def hashed_config(config: dict) -> dict:
     return tree
 
 
-def cell_hash(config: dict) -> str:
+def cell_hash(config: dict, fingerprint: dict | None = None) -> str:
     """Stable 16-hex-digit hash of a resolved config (a plain container):
-    of its :func:`hashed_config`."""
-    text = json.dumps(hashed_config(config), sort_keys=True, separators=(",", ":"))
+    of its :func:`hashed_config` and, for a graph file, of the content of
+    the files (``fingerprint``, :func:`~wavygraph.data.fingerprint.data_fingerprint`),
+    so that a changed file gives new cells."""
+    tree = hashed_config(config)
+    if fingerprint:
+        tree["data_fingerprint"] = content_of(fingerprint)
+    text = json.dumps(tree, sort_keys=True, separators=(",", ":"))
     return sha256(text.encode()).hexdigest()[:16]
 
 
@@ -208,8 +216,9 @@ def expand(sweep: Sweep) -> list[Cell]:
             where = ", ".join(f"{k}={v}" for k, v in params.items())
             raise SweepError(f"cell {where}: {exc}") from None
         config = OmegaConf.to_container(cfg, resolve=True)
-        h = cell_hash(config)
-        cells.setdefault(h, Cell(h, params, config))
+        fingerprint = data_fingerprint(config.get("data"))
+        h = cell_hash(config, fingerprint)
+        cells.setdefault(h, Cell(h, params, config, fingerprint))
     return [cells[h] for h in sorted(cells)]
 
 

@@ -84,7 +84,10 @@ def resolve_runner(spec: str | None = None) -> Callable[[DictConfig], dict]:
 def _train(cell: Cell, tmp: Path, final: Path, device: str | None, runner: str | None) -> dict:
     """Run the cell's config into ``tmp`` and write its ``cell.json`` there."""
     from wavygraph.config import load_config
+    from wavygraph.data.fingerprint import changed_files, data_fingerprint
 
+    if cell.fingerprint and changed_files(cell.fingerprint, data_fingerprint(cell.config.get("data"))):
+        raise ValueError("the graph file changed since the sweep started; rerun the sweep to run its new cells")
     cfg = OmegaConf.merge(load_config(None), cell.config)
     cfg.out_dir = str(tmp)
     cfg.train.progress = False
@@ -104,6 +107,8 @@ def _train(cell: Cell, tmp: Path, final: Path, device: str | None, runner: str |
         "device": cfg.train.device,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+    if cell.fingerprint:
+        record["data_fingerprint"] = cell.fingerprint
     atomic_write_json(tmp / CELL_FILE, record, sort_keys=True)
     return metrics
 

@@ -143,7 +143,7 @@ def progress_bar(job: TrainingRun) -> tqdm:
 def checkpoint(job: TrainingRun) -> None:
     """``out_dir/checkpoint.pt`` (every rank calls it: the RNG states are gathered)."""
     save_checkpoint(job.state, job.out_dir, job.config, job.core, job.optimizer, job.generator, job.ctx,
-                    dist_utils.gather)
+                    dist_utils.gather, fingerprint=job.fingerprint)
 
 
 def train_epochs(job: TrainingRun) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from wavygraph.config import ConfigError
+from wavygraph.data.fingerprint import changed_files, content_of
 from wavygraph.utils import atomic_torch_save, flatten
 
 CHECKPOINT = "checkpoint.pt"
@@ -89,10 +90,11 @@ def set_rng_state(state: dict, generator: torch.Generator) -> None:
     generator.set_state(state["partition"])
 
 
-def load_checkpoint(path: str, config: dict, world_size: int) -> dict | None:
+def load_checkpoint(path: str, config: dict, world_size: int, fingerprint: dict | None = None) -> dict | None:
     """The checkpoint at ``path`` if there is one (else ``None``); refuses one
-    written for another config or number of processes with a one-line
-    :class:`ConfigError` naming the differing keys."""
+    written for another config, number of processes or version of the graph
+    file (``fingerprint``, :mod:`wavygraph.data.fingerprint`) with a
+    one-line :class:`ConfigError` naming what differs."""
     if not os.path.isfile(path):
         return None
     try:
@@ -107,12 +109,27 @@ def load_checkpoint(path: str, config: dict, world_size: int) -> dict | None:
             f"checkpoint {path} was written with another config (differs in {', '.join(diff)}); "
             "use the same config or another out_dir"
         )
+    _check_data(path, ckpt.get("data_fingerprint"), fingerprint, config)
     if len(ckpt["rng"]) != world_size:
         raise ConfigError(
             f"checkpoint {path} was written by {len(ckpt['rng'])} process(es), this run has {world_size}; "
             "resume with the same number of processes"
         )
     return ckpt
+
+
+def _check_data(path: str, saved: dict | None, current: dict | None, config: dict) -> None:
+    """Refuse a checkpoint trained on another version of the graph file (a
+    checkpoint from before fingerprints were kept cannot be checked)."""
+    changed = changed_files(saved, current) if saved is not None else []
+    if changed:
+        key = changed[0]
+        old, new = content_of(saved).get(key) or "none", content_of(current).get(key) or "none"
+        raise ConfigError(
+            f"checkpoint {path} was trained on another version of data.{key}={config['data'].get(key)} "
+            f"(sha256 {old[:12]} then, {new[:12]} now); restore that file, or start over with --overwrite "
+            "or another out_dir"
+        )
 
 
 @dataclass
@@ -146,13 +163,14 @@ _STATE_KEYS = ("best", "best_state", "history", "since_best", "epoch_seconds", "
 
 
 def restore(train_cfg, out_dir: str, config: dict, model: torch.nn.Module, optimizer, generator: torch.Generator,
-            ctx, path: str | None = None) -> TrainState:
+            ctx, path: str | None = None, fingerprint: dict | None = None) -> TrainState:
     """A fresh :class:`TrainState` (best weights: the initial ones), or, with
     ``train.resume`` and a checkpoint at ``path`` (default: in ``out_dir``),
     the checkpoint's state with the model, optimizer and this rank's RNGs
-    loaded from it. ``out_dir`` names the run in the messages."""
+    loaded from it (refused for another version of the graph file,
+    ``fingerprint``). ``out_dir`` names the run in the messages."""
     path = checkpoint_path(out_dir) if path is None else path
-    ckpt = load_checkpoint(path, config, ctx.world_size) if train_cfg.resume else None
+    ckpt = load_checkpoint(path, config, ctx.world_size, fingerprint) if train_cfg.resume else None
     if ckpt is None:
         if train_cfg.resume and ctx.is_main:
             print(f"wavygraph: no checkpoint in {out_dir}; starting from epoch 1", file=sys.stderr, flush=True)
@@ -166,12 +184,15 @@ def restore(train_cfg, out_dir: str, config: dict, model: torch.nn.Module, optim
 
 
 def save_checkpoint(state: TrainState, out_dir: str, config: dict, model: torch.nn.Module, optimizer,
-                    generator: torch.Generator, ctx, gather) -> None:
-    """Write ``out_dir/checkpoint.pt`` atomically (rank 0); every rank must
-    call it, as ``gather`` collects the RNG states of all ranks."""
+                    generator: torch.Generator, ctx, gather, fingerprint: dict | None = None) -> None:
+    """Write ``out_dir/checkpoint.pt`` atomically (rank 0), with the graph
+    file's ``fingerprint``; every rank must call it, as ``gather`` collects
+    the RNG states of all ranks."""
     rngs = gather(rng_state(generator), ctx)
     if not ctx.is_main:
         return
     ckpt = {"config": config, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": rngs,
             **{key: getattr(state, key) for key in _STATE_KEYS}}
+    if fingerprint is not None:
+        ckpt["data_fingerprint"] = fingerprint
     atomic_torch_save(ckpt, checkpoint_path(out_dir))

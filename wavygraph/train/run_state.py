@@ -15,6 +15,7 @@ from torch_geometric.data import Data
 
 from wavygraph.config import import_modules
 from wavygraph.data import DatasetInfo, load_dataset
+from wavygraph.data.fingerprint import data_fingerprint
 
 from . import distributed as dist_utils
 from .env import resolve_device, seed_everything, set_num_threads
@@ -47,6 +48,8 @@ class TrainingRun:
         work_dir (str, optional): the folder the files are written into
             while the run lasts (:mod:`.run_folder`), or ``None``:
             ``cfg.out_dir`` itself.
+        fingerprint (dict, optional): the graph file's fingerprint
+            (:mod:`wavygraph.data.fingerprint`), kept in the checkpoints.
     """
 
     cfg: DictConfig
@@ -62,6 +65,7 @@ class TrainingRun:
     state: TrainState
     start: float
     work_dir: str | None = None
+    fingerprint: dict | None = None
 
     @property
     def out_dir(self) -> str:
@@ -110,9 +114,10 @@ def prepare(cfg: DictConfig, data: Data, info: DatasetInfo, device: torch.device
     optimizer = torch.optim.Adam(param_groups(core, t.weight_decay), lr=t.lr, weight_decay=t.weight_decay)
     generator = torch.Generator().manual_seed(t.seed)
     config = OmegaConf.to_container(cfg, resolve=True)
+    fingerprint = data_fingerprint(cfg.data)
     state = restore(t, str(cfg.out_dir), config, core, optimizer, generator, ctx,
-                    path=folder.checkpoint if folder is not None else None)
+                    path=folder.checkpoint if folder is not None else None, fingerprint=fingerprint)
     return TrainingRun(cfg=cfg, data=data, info=info, device=device, ctx=ctx, model=model, core=core,
                        optimizer=optimizer, generator=generator, config=config, state=state,
                        start=time.time() if start is None else start,
-                       work_dir=folder.work_dir if folder is not None else None)
+                       work_dir=folder.work_dir if folder is not None else None, fingerprint=fingerprint)
