@@ -119,15 +119,16 @@ def folder_problem(path: str | os.PathLike, key: str, beside: bool = False) -> s
     a folder published by rename is made) must be writable."""
     shown = os.fspath(path)
     path = os.path.abspath(shown)
+    named = f"{key} {shown}" if key.startswith("-") else f"{key}={shown}"  # --out DIR, out_dir=DIR
     if os.path.exists(path) and not os.path.isdir(path):
-        return f"{key}={shown} is a file, not a folder; choose another {key} or move the file away"
+        return f"{named} is a file, not a folder; choose another {key} or move the file away"
     probe = os.path.dirname(path) if beside else path
     while not os.path.exists(probe) and os.path.dirname(probe) != probe:
         probe = os.path.dirname(probe)
     if not os.path.isdir(probe):
-        return f"{key}={shown}: {probe} is a file, so no folder can be made under it; choose another {key}"
+        return f"{named}: {probe} is a file, so no folder can be made under it; choose another {key}"
     if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{key}={shown}: cannot write in {probe} (permission denied); choose a writable {key}"
+        return f"{named}: cannot write in {probe} (permission denied); choose a writable {key}"
     return None
 
 

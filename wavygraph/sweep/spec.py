@@ -16,7 +16,7 @@ import yaml
 from omegaconf import OmegaConf
 
 from wavygraph.data.fingerprint import content_of, data_fingerprint
-from wavygraph.utils import flatten
+from wavygraph.utils import flatten, folder_problem
 
 SWEEP_KEYS = ("base", "grid", "set", "out_dir")
 #: Config keys left out of a cell's hash: they do not change its result
@@ -162,6 +162,9 @@ def load_sweep(path: str, overrides: Sequence[str] = ()) -> Sweep:
             raise SweepError(f"{key} is both in grid and in set")
     if not sweep.out_dir:
         raise SweepError("the sweep has no out_dir: set it in the file or pass out_dir=DIR")
+    problem = folder_problem(sweep.out_dir, "out_dir")  # a file, under a file, not writable
+    if problem:
+        raise SweepError(problem)
     return sweep
 
 
