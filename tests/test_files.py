@@ -45,3 +45,23 @@ def test_atomic_writes_get_the_umask(tmp_path, mask):
         os.umask(old)
     for name in ("a.yaml", "b.json", "c.pt"):
         assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o666 & ~mask, name
+
+
+def test_sweep_files_and_cell_folders_get_the_umask(tmp_path):
+    from wavygraph import cli
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text("grid:\n  model.num_layers: [1]\nset: {data.name: csbm, data.csbm.preset: small, "
+                    "data.csbm.num_nodes: 100, train.epochs: 1, train.diagnostics: false, train.num_threads: 1}\n"
+                    f"out_dir: {tmp_path / 'out'}\n")
+    old = os.umask(0o002)
+    try:
+        assert cli.main(["sweep", str(spec), "--no-progress"]) == 0
+    finally:
+        os.umask(old)
+    out = tmp_path / "out"
+    (cell,) = (out / "cells").iterdir()
+    assert stat.S_IMODE(os.stat(cell).st_mode) == 0o775
+    for path in (out / "sweep.json", cell / "cell.json", cell / "metrics.json", cell / "model.pt"):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o664, path
+    _strict_load((cell / "cell.json").read_text())
