@@ -127,6 +127,9 @@ def test_interrupted_run_keeps_out_dir_and_its_checkpoint_for_resume(tmp_path, c
     monkeypatch.setattr(loop, "train_epoch", real)
     assert cli.main(args) == 2  # neither --resume nor --overwrite: the checkpoint is not discarded silently
     assert "interrupted run" in _one_line_error(capsys)
+    assert cli.main(args + ["--resume"]) == 2  # it would replace the finished run: --overwrite says so
+    assert "would replace" in _one_line_error(capsys)
+    assert _files(out) == before
     assert cli.main(args + ["--resume", "--overwrite"]) == 0
     assert "resuming" in capsys.readouterr().err and not work.exists()
     assert json.loads((out / "metrics.json").read_text())["epochs"] == 4

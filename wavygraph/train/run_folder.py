@@ -22,8 +22,9 @@ line (:class:`~wavygraph.config.ConfigError`):
   are written again);
 * a work folder of a live run;
 * a work folder that an interrupted run left with a ``checkpoint.pt``,
-  unless ``train.resume`` (continue from it) or ``overwrite`` (discard it).
-  One without a checkpoint holds nothing to continue and is removed.
+  unless ``train.resume`` (continue from it; where ``out_dir`` holds a run,
+  which it would replace, with ``overwrite`` too) or ``overwrite`` (discard
+  it). One without a checkpoint holds nothing to continue and is removed.
 
 A run that fails or is interrupted (Ctrl-C) keeps its work folder when it
 holds a checkpoint (``--resume`` continues it) and removes it otherwise.
@@ -147,6 +148,10 @@ def plan(cfg, overwrite: bool = False, check_lock: bool = True) -> RunFolder:
             folder.resume_from = os.path.join(folder.out_dir, CHECKPOINT)
         elif not overwrite:
             raise _refuse_run(shown, entries, resume)
+    elif entries and not overwrite:  # the interrupted run would replace another one
+        raise ConfigError(f"out_dir={shown} already holds a run, which the interrupted run in {work} would replace "
+                          "when it ends; pass --resume --overwrite to continue it and replace out_dir, or choose a "
+                          "new out_dir")
     return folder
 
 
