@@ -84,3 +84,13 @@ def test_two_sweeps_with_different_set_into_one_folder_are_separate_rows(tmp_pat
     rows = _table_lines(summary)
     assert len(rows) == 2 and all(row.endswith("(1) |") for row in rows), rows
     assert len(pd.read_csv(out / "results.csv")) == 2
+
+
+def test_null_scores_from_strict_json_are_read_as_missing(tmp_path):
+    _cell(tmp_path, "n0", 0, None)  # a run whose test score was not finite: null in cell.json
+    _cell(tmp_path, "n1", 1, 0.40)
+    df = report.load_results(tmp_path)
+    assert df["test"].isna().sum() == 1
+    assert _table_lines(report.summary_table(df)) == ["| 2 | **40.00** (1) |"]
+    paths = report.make_report(tmp_path)
+    assert Path(paths["summary"]).is_file() and Path(paths["score_plot"]).is_file()
