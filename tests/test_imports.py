@@ -8,6 +8,7 @@ import sys
 
 #: (module, the packages that must not be loaded once it is imported), in import order
 ORDER = [
+    ("wavygraph.utils", ("wavygraph.",)),
     ("wavygraph.keys", ("wavygraph.",)),
     ("wavygraph.folders", ("wavygraph.",)),
     ("wavygraph.config", ("wavygraph.sweep", "wavygraph.tune")),

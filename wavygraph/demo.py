@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from .nn.steppers import STEPPERS, plugin_modules
+from .utils import folder_problem
 
 DEFAULT_OUT = "runs/demo"
 #: The fixed settings of every demo cell.
@@ -106,6 +107,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def command(args: argparse.Namespace) -> int:
     if args.epochs < 1:
         raise ValueError(f"--epochs must be >= 1, got {args.epochs}")
+    problem = folder_problem(args.out, "--out")  # a file, under a file, not writable: before anything is written
+    if problem:
+        raise ValueError(problem)
     paths = run_demo(args.out, args.depths, args.seeds, args.epochs, args.jobs, progress=not args.no_progress)
     counts = paths["counts"]
     print(f"demo: {counts['cells']} runs ({counts['done']} new, {counts['skipped']} reused) in {args.out}\n")

@@ -27,8 +27,11 @@ result at every value of its own.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
+
+from wavygraph.utils import flatten
 
 NOTHING = "nothing"
 ROUNDING = "rounding"
@@ -79,3 +82,24 @@ def resume_ignores(key: str, saved: Any, current: Any) -> bool:
     if isinstance(kind, Added):
         return saved == MISSING and current == kind.value
     return kind in (NOTHING, OUTPUTS)
+
+
+def _drop(tree: dict, dotted: str) -> None:
+    *parents, last = dotted.split(".")
+    for p in parents:
+        tree = tree.get(p)
+        if not isinstance(tree, dict):
+            return
+    tree.pop(last, None)
+
+
+def hashed_config(config: dict) -> dict:
+    """The part of a resolved config (a plain container) that a cell's hash
+    covers, as a new tree: without the keys that do not change its result
+    (:func:`wavygraph.keys.hash_ignores`)."""
+    tree = json.loads(json.dumps(config))  # deep copy
+    flat = flatten(tree)
+    for key in NEUTRAL_KEYS:
+        if hash_ignores(key, flat.get(key, MISSING)):
+            _drop(tree, key)
+    return tree

@@ -4,16 +4,43 @@ one line, and the warning filter of the command line.
 
 An atomic write goes to a temporary file in the target's folder, which is
 then moved over the target with :func:`os.replace`: a reader (or a process
-killed half-way) never sees half a file.
+killed half-way) never sees half a file. The file gets the mode of any
+file the user creates (``0o666`` less the umask), not ``mkstemp``'s
+``0o600``, so that colleagues sharing a machine can read the results.
+JSON is written strictly (RFC 8259): a value that is not finite becomes
+``null``.
 """
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
+import shutil
 import tempfile
+import uuid
 import warnings
 from typing import IO, Any, Callable
+
+
+def umask() -> int:
+    """The process's umask (read from ``/proc`` where it can be, so that it is
+    never changed, even for a moment)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode a new file gets from ``open``: ``0o666`` less the umask."""
+    return 0o666 & ~umask()
 
 
 @contextlib.contextmanager
@@ -23,6 +50,7 @@ def _atomic(path: str | os.PathLike, mode: str):
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
+        os.fchmod(fd, file_mode())  # mkstemp's 0o600 would hide the file from the user's group
         with os.fdopen(fd, mode) as f:
             yield f
             f.flush()
@@ -44,25 +72,88 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write(path, lambda f: f.write(text))
 
 
-def _json_default(obj: Any) -> Any:
-    """Tensors and NumPy values as lists / numbers; anything else as text."""
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
+def strict_json(obj: Any) -> Any:
+    """``obj`` with every value JSON can hold as it is: dicts (keys as text),
+    lists (from lists, tuples, tensors and arrays), numbers (NumPy and
+    one-element tensor values too), text, booleans and ``None``; a float that
+    is not finite (NaN, +-inf) becomes ``None`` and anything else its text."""
+    if obj is None or isinstance(obj, (bool, str, int)):
+        return obj
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k) if not isinstance(k, (str, int, float, bool)) else k: strict_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [strict_json(v) for v in obj]
+    if hasattr(obj, "tolist"):  # tensors, arrays and NumPy scalars
+        return strict_json(obj.tolist())
     if hasattr(obj, "item"):
-        return obj.item()
+        return strict_json(obj.item())
     return str(obj)
 
 
+def dumps_json(obj: Any, **kwargs) -> str:
+    """``json.dumps`` of :func:`strict_json` ``(obj)``: strict JSON (``null``
+    where a value is not finite), for files and printed summaries alike."""
+    return json.dumps(strict_json(obj), allow_nan=False, **kwargs)
+
+
 def atomic_write_json(path: str | os.PathLike, obj: Any, sort_keys: bool = False) -> None:
-    """``obj`` as indented JSON (NaN allowed, tensors and arrays as lists)."""
-    atomic_write(path, lambda f: json.dump(obj, f, indent=2, sort_keys=sort_keys, allow_nan=True,
-                                           default=_json_default))
+    """``obj`` as indented strict JSON (:func:`strict_json`: ``null`` where a
+    value is not finite; tensors and arrays as lists)."""
+    text = dumps_json(obj, indent=2, sort_keys=sort_keys)
+    atomic_write(path, lambda f: f.write(text))
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     import torch
 
     atomic_write(path, lambda f: torch.save(obj, f), binary=True)
+
+
+def folder_problem(path: str | os.PathLike, key: str, beside: bool = False) -> str | None:
+    """Why ``path`` cannot be a folder this process creates and writes, in
+    one line that names ``key`` and the fix, or ``None`` when it can: it
+    must not be a file nor lie under one, and the folder written in (the
+    nearest existing one of ``path``, or with ``beside`` of its parent, where
+    a folder published by rename is made) must be writable."""
+    shown = os.fspath(path)
+    path = os.path.abspath(shown)
+    named = f"{key} {shown}" if key.startswith("-") else f"{key}={shown}"  # --out DIR, out_dir=DIR
+    if os.path.exists(path) and not os.path.isdir(path):
+        return f"{named} is a file, not a folder; choose another {key} or move the file away"
+    probe = os.path.dirname(path) if beside else path
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        return f"{named}: {probe} is a file, so no folder can be made under it; choose another {key}"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{named}: cannot write in {probe} (permission denied); choose a writable {key}"
+    return None
+
+
+def publish_dir(tmp: str | os.PathLike, final: str | os.PathLike, replace: bool = False) -> None:
+    """Rename the complete folder ``tmp`` to ``final`` (same file system): one
+    atomic :func:`os.rename`, which also takes the place of an empty
+    ``final``. A ``final`` that holds files raises :class:`OSError`, or with
+    ``replace`` is first renamed aside (``.<name>.replaced.<token>``, removed
+    once ``tmp`` is in place; put back if the second rename fails)."""
+    tmp, final = os.fspath(tmp), os.fspath(final)
+    try:
+        os.rename(tmp, final)
+        return
+    except OSError:
+        if not (replace and os.path.isdir(final)):
+            raise
+    parent, name = os.path.split(os.path.abspath(final))
+    aside = os.path.join(parent, f".{name}.replaced.{uuid.uuid4().hex[:8]}")
+    os.rename(final, aside)
+    try:
+        os.rename(tmp, final)
+    except BaseException:
+        os.rename(aside, final)
+        raise
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -12,6 +13,7 @@ import torch
 from wavygraph import cli
 from wavygraph.config import ConfigError, load_config
 from wavygraph.train import run
+from wavygraph.train.run_folder import work_dir_of
 
 SMALL = ["data.name=csbm", "data.csbm.preset=small", "data.csbm.num_nodes=300", "model.num_layers=2",
          "model.hidden_channels=8", "train.batch_size=100", "train.progress=false", "train.diagnostics=false",
@@ -58,9 +60,10 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     proc = subprocess.run([sys.executable, "-c", KILLING_TRAIN, *args, f"out_dir={out}"],
                           env={**_env(), "KILL_AT": "15"}, capture_output=True, timeout=300)
     assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
-    assert not (out / "metrics.json").exists()
-    assert _ckpt_epoch(out / "checkpoint.pt") == 15  # a complete file: written atomically
-    assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no temporary file left
+    assert not out.exists()  # published only when the run ends
+    work = Path(work_dir_of(out))  # the interrupted run is kept beside out_dir
+    assert _ckpt_epoch(work / "checkpoint.pt") == 15  # a complete file: written atomically
+    assert [p.name for p in work.iterdir() if p.name.startswith(".")] == []  # no temporary file left
 
     cmd = [sys.executable, "-m", "wavygraph", "train", *args, f"out_dir={out}"]
     res = subprocess.run(cmd + ["train.resume=true"], env=_env(), capture_output=True, text=True, timeout=300)
@@ -69,6 +72,7 @@ def test_sigkill_then_resume_matches_uninterrupted(tmp_path):
     resumed = json.loads((out / "metrics.json").read_text())
     for key in SCORES:
         assert resumed[key] == ref[key], key
+    assert not work.exists()  # published as out
 
 
 def test_resume_of_a_finished_run_changes_nothing(tmp_path):

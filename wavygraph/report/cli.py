@@ -6,6 +6,8 @@ import argparse
 import os
 from pathlib import Path
 
+from wavygraph.utils import folder_problem
+
 from .plots import plot_diagnostics, plot_score_vs_depth
 from .results import ReportError, best_and_worst, load_cells, load_results
 from .tables import write_summary
@@ -21,6 +23,9 @@ def make_report(
     variants with the highest and the lowest mean test score at that depth."""
     source = Path(out_dir)
     target = Path(dest) if dest is not None else source
+    problem = folder_problem(target, "--out" if dest is not None else "DIR")
+    if problem:
+        raise ReportError(problem)
     target.mkdir(parents=True, exist_ok=True)
     records = load_cells(source)
     df = load_results(source, records)

@@ -15,8 +15,9 @@ from typing import Any, Sequence
 import yaml
 from omegaconf import OmegaConf
 
-from wavygraph.keys import MISSING, NEUTRAL_KEYS, hash_ignores
-from wavygraph.utils import flatten
+from wavygraph.data.fingerprint import content_of, data_fingerprint
+from wavygraph.keys import hashed_config
+from wavygraph.utils import flatten, folder_problem
 
 SWEEP_KEYS = ("base", "grid", "set", "out_dir")
 
@@ -40,12 +41,14 @@ class Sweep:
 
 @dataclass(frozen=True)
 class Cell:
-    """One grid point: its ``hash``, its grid values ``params`` and the
-    resolved config as a plain container."""
+    """One grid point: its ``hash``, its grid values ``params``, the
+    resolved config as a plain container and, for a graph file, the files'
+    ``fingerprint`` (:func:`~wavygraph.data.fingerprint.data_fingerprint`)."""
 
     hash: str
     params: dict
     config: dict
+    fingerprint: dict | None = None
 
 
 def format_override(key: str, value: Any) -> str:
@@ -138,27 +141,20 @@ def load_sweep(path: str, overrides: Sequence[str] = ()) -> Sweep:
             raise SweepError(f"{key} is both in grid and in set")
     if not sweep.out_dir:
         raise SweepError("the sweep has no out_dir: set it in the file or pass out_dir=DIR")
+    problem = folder_problem(sweep.out_dir, "out_dir")  # a file, under a file, not writable
+    if problem:
+        raise SweepError(problem)
     return sweep
 
 
-def _drop(tree: dict, dotted: str) -> None:
-    *parents, last = dotted.split(".")
-    for p in parents:
-        tree = tree.get(p)
-        if not isinstance(tree, dict):
-            return
-    tree.pop(last, None)
-
-
-def cell_hash(config: dict) -> str:
-    """Stable 16-hex-digit hash of a resolved config (a plain container),
-    without the keys that do not change its result
-    (:func:`wavygraph.keys.hash_ignores`)."""
-    tree = json.loads(json.dumps(config))  # deep copy
-    flat = flatten(tree)
-    for key in NEUTRAL_KEYS:
-        if hash_ignores(key, flat.get(key, MISSING)):
-            _drop(tree, key)
+def cell_hash(config: dict, fingerprint: dict | None = None) -> str:
+    """Stable 16-hex-digit hash of a resolved config (a plain container):
+    of its :func:`hashed_config` and, for a graph file, of the content of
+    the files (``fingerprint``, :func:`~wavygraph.data.fingerprint.data_fingerprint`),
+    so that a changed file gives new cells."""
+    tree = hashed_config(config)
+    if fingerprint:
+        tree["data_fingerprint"] = content_of(fingerprint)
     text = json.dumps(tree, sort_keys=True, separators=(",", ":"))
     return sha256(text.encode()).hexdigest()[:16]
 
@@ -179,8 +175,9 @@ def expand(sweep: Sweep) -> list[Cell]:
             where = ", ".join(f"{k}={v}" for k, v in params.items())
             raise SweepError(f"cell {where}: {exc}") from None
         config = OmegaConf.to_container(cfg, resolve=True)
-        h = cell_hash(config)
-        cells.setdefault(h, Cell(h, params, config))
+        fingerprint = data_fingerprint(config.get("data"))
+        h = cell_hash(config, fingerprint)
+        cells.setdefault(h, Cell(h, params, config, fingerprint))
     return [cells[h] for h in sorted(cells)]
 
 

@@ -23,13 +23,14 @@ from typing import Callable, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from wavygraph.folders import CELL_FILE
-from wavygraph.utils import atomic_write_json
+from wavygraph.utils import atomic_write_json, publish_dir
 
 from .spec import Cell, Sweep
 
-#: ``module:function`` of the train entry point; the environment variable
+#: ``module:function`` of the train entry point (one that writes straight into
+#: the cell's temporary folder, which the sweep publishes); the environment variable
 #: :data:`RUNNER_ENV` replaces it (tests use it for a fake trainer).
-DEFAULT_RUNNER = "wavygraph.train:run"
+DEFAULT_RUNNER = "wavygraph.train.loop:run_in_place"
 RUNNER_ENV = "WAVYGRAPH_SWEEP_RUNNER"
 
 
@@ -83,7 +84,10 @@ def resolve_runner(spec: str | None = None) -> Callable[[DictConfig], dict]:
 def _train(cell: Cell, tmp: Path, final: Path, device: str | None, runner: str | None) -> dict:
     """Run the cell's config into ``tmp`` and write its ``cell.json`` there."""
     from wavygraph.config import load_config
+    from wavygraph.data.fingerprint import changed_files, data_fingerprint
 
+    if cell.fingerprint and changed_files(cell.fingerprint, data_fingerprint(cell.config.get("data"))):
+        raise ValueError("the graph file changed since the sweep started; rerun the sweep to run its new cells")
     cfg = OmegaConf.merge(load_config(None), cell.config)
     cfg.out_dir = str(tmp)
     cfg.train.progress = False
@@ -103,6 +107,8 @@ def _train(cell: Cell, tmp: Path, final: Path, device: str | None, runner: str |
         "device": cfg.train.device,
         "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+    if cell.fingerprint:
+        record["data_fingerprint"] = cell.fingerprint
     atomic_write_json(tmp / CELL_FILE, record, sort_keys=True)
     return metrics
 
@@ -111,7 +117,7 @@ def _publish(tmp: Path, final: Path, out_dir: str, h: str) -> str:
     """Rename ``tmp`` to ``final``: ``done``, or ``duplicate`` when another
     process published the cell first."""
     try:
-        os.rename(tmp, final)  # the completion: one atomic rename
+        publish_dir(tmp, final)  # the completion: one atomic rename
         status = "done"
     except OSError:
         if not is_done(out_dir, h):

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 
 
@@ -11,12 +10,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "train",
         help="train one model on one data set",
         description="Train per CONFIG (defaults < YAML < key=value overrides); writes "
-        "config.yaml, model.pt and metrics.json into out_dir.",
+        "config.yaml, model.pt and metrics.json into a work folder beside out_dir "
+        "(.NAME.partial) and renames it to out_dir when the run ends: out_dir is "
+        "complete or untouched. An out_dir that holds a run is refused unless "
+        "--overwrite or --resume.",
     )
     parser.add_argument("config", nargs="?", default=None, help="YAML config file (optional)")
     parser.add_argument("overrides", nargs="*", default=[], help="key=value overrides, e.g. model.num_layers=8")
     parser.add_argument("--resume", action="store_true",
-                        help="continue from out_dir/checkpoint.pt (same as train.resume=true)")
+                        help="continue from the checkpoint.pt of an interrupted run (kept in .NAME.partial "
+                             "beside out_dir) or of out_dir (same as train.resume=true)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run in out_dir when this run ends (it stays untouched until then)")
     parser.set_defaults(func=main)
     return parser
 
@@ -25,6 +30,7 @@ def main(args: argparse.Namespace) -> int:
     from wavygraph.config import load_config
     from wavygraph.train import run
     from wavygraph.train.env import resolve_device
+    from wavygraph.utils import dumps_json
 
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
@@ -35,14 +41,14 @@ def main(args: argparse.Namespace) -> int:
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks
         device = resolve_device(cfg.train.device)
         print(f"wavygraph: training {cfg.data.name} on {device} (train.device={cfg.train.device})", flush=True)
-    metrics = run(cfg)
+    metrics = run(cfg, overwrite=getattr(args, "overwrite", False))
     if not metrics:  # a distributed rank other than 0: rank 0 reports
         return 0
     keys = ("metric", "num_tasks", "evaluator", "best_val", "test", "best_epoch", "epochs", "seconds",
             "seconds_per_epoch", "peak_memory_mb", "num_params", "device")
     summary = {k: metrics[k] for k in keys}
     try:
-        print(json.dumps(summary))
+        print(dumps_json(summary))
         print(f"wrote {cfg.out_dir}/config.yaml, model.pt, metrics.json", flush=True)
     except BrokenPipeError:  # e.g. piped into head
         pass

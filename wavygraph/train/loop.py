@@ -18,6 +18,7 @@ The levels: :mod:`.env` (seeds, device, threads, memory), :mod:`.run_state`
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -31,33 +32,53 @@ from . import distributed as dist_utils
 from .evaluation import evaluate, graph_input, loss_fn
 from .outputs import finish, write_config
 from .resume import save_checkpoint
+from .run_folder import RunFolder, plan, publishing
 from .run_state import TrainingRun, load_data, prepare, prepare_process
 
-def run(cfg: DictConfig) -> dict:
-    """Train per ``cfg``, write ``config.yaml``, ``model.pt`` and
-    ``metrics.json`` (each atomically) into ``cfg.out_dir``, and return the
+def run(cfg: DictConfig, overwrite: bool = False) -> dict:
+    """Train per ``cfg`` and publish the run as ``cfg.out_dir``: its
+    ``config.yaml``, ``model.pt`` and ``metrics.json`` (each written
+    atomically) are written into a work folder beside it and renamed into
+    place when the run ends, so that ``out_dir`` is complete or untouched
+    (:mod:`wavygraph.train.run_folder`). An ``out_dir`` that holds a run is
+    refused before anything is written, unless ``overwrite`` (it is replaced
+    when this run ends) or ``train.resume`` with its checkpoint. Returns the
     metrics: ``metric``, ``best_val``, ``test`` (at the best validation
     epoch), ``train``, ``best_epoch``, ``epochs``, ``seconds``,
     ``seconds_per_epoch``, ``num_params``, ``peak_memory_mb``, ``history``
     and, with ``train.diagnostics``, ``diagnostics``.
 
     With ``train.checkpoint_every=k`` the full training state goes to
-    ``out_dir/checkpoint.pt`` every k epochs; ``train.resume=true`` continues
-    from it (see :mod:`wavygraph.train.resume`). With ``train.distributed``
-    (under torchrun) the ranks share the mini-batches and only rank 0
-    evaluates and writes; the other ranks return ``{}``.
+    ``checkpoint.pt`` every k epochs (in the work folder while the run
+    lasts, where an interrupted run keeps it); ``train.resume=true``
+    continues from it (see :mod:`wavygraph.train.resume`). With
+    ``train.distributed`` (under torchrun) the ranks share the mini-batches
+    and only rank 0 evaluates and writes; the other ranks return ``{}``.
     """
+    distributed = bool(cfg.train.get("distributed", False))
+    is_main = not distributed or os.environ.get("RANK", "0") == "0"
+    return _run(cfg, plan(cfg, overwrite, check_lock=is_main))
+
+
+def run_in_place(cfg: DictConfig) -> dict:
+    """:func:`run` writing straight into ``cfg.out_dir``, without its checks
+    and work folder: for a caller that publishes the folder itself (a sweep
+    cell's temporary folder)."""
+    return _run(cfg, None)
+
+
+def _run(cfg: DictConfig, folder: RunFolder | None) -> dict:
     start = time.time()
     device = prepare_process(cfg)
     data, info = load_data(cfg.data)
     ctx, device = dist_utils.setup(cfg.train, device)
     try:
-        job = prepare(cfg, data, info, device, ctx, start)
-        write_config(job)
-        train_epochs(job)
-        if not ctx.is_main:
-            return {}
-        return finish(job)
+        job = prepare(cfg, data, info, device, ctx, start, folder)
+        with publishing(folder, ctx.is_main):
+            write_config(job)
+            train_epochs(job)
+            metrics = finish(job) if ctx.is_main else {}
+        return metrics
     finally:
         dist_utils.teardown(ctx)
 

@@ -1,4 +1,4 @@
-"""The files of a train run in ``out_dir``, each written atomically:
+"""The files of a train run (in its work folder, published as ``out_dir``), each written atomically:
 ``config.yaml`` (at the start), ``model.pt`` and ``metrics.json`` (at the end,
 rank 0 only)."""
 from __future__ import annotations
@@ -54,15 +54,19 @@ def metrics_of(job: TrainingRun) -> dict:
 
 def model_checkpoint(job: TrainingRun) -> dict:
     """The content of ``model.pt``: the best epoch's weights, the resolved
-    config and the data set's info (enough to rebuild the model)."""
+    config and the data set's info (enough to rebuild the model), and a
+    graph file's fingerprint."""
     best = job.state.best
-    return {
+    out = {
         "state_dict": job.state.best_state,
         "config": job.config,
         "info": {k: v for k, v in asdict(job.info).items() if k != "extra"},
         "epoch": best["epoch"],
         "best_val": best["val"],
     }
+    if job.fingerprint is not None:  # the graph file it was trained on
+        out["data_fingerprint"] = job.fingerprint
+    return out
 
 
 def finish(job: TrainingRun) -> dict:

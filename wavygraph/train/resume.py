@@ -1,7 +1,8 @@
 """Training checkpoints for ``train.resume``.
 
-``out_dir/checkpoint.pt`` (written atomically every ``train.checkpoint_every``
-epochs and at the end) holds everything the loop needs to continue exactly
+``checkpoint.pt`` (written atomically every ``train.checkpoint_every``
+epochs and at the end into the run's folder: the work folder while the run
+lasts, ``out_dir`` once it is published, see :mod:`.run_folder`) holds everything the loop needs to continue exactly
 where it stopped: model and optimizer state, the RNG states of Python, NumPy,
 torch (and CUDA) and of the partition generator, per rank, the epoch, the
 best-so-far scores and weights, the history and the early-stopping counter.
@@ -21,6 +22,7 @@ import numpy as np
 import torch
 
 from wavygraph.config import ConfigError
+from wavygraph.data.fingerprint import changed_files, content_of
 from wavygraph.keys import MISSING, resume_ignores
 from wavygraph.utils import atomic_torch_save, flatten
 
@@ -87,10 +89,11 @@ def set_rng_state(state: dict, generator: torch.Generator) -> None:
     generator.set_state(state["partition"])
 
 
-def load_checkpoint(path: str, config: dict, world_size: int) -> dict | None:
+def load_checkpoint(path: str, config: dict, world_size: int, fingerprint: dict | None = None) -> dict | None:
     """The checkpoint at ``path`` if there is one (else ``None``); refuses one
-    written for another config or number of processes with a one-line
-    :class:`ConfigError` naming the differing keys."""
+    written for another config, number of processes or version of the graph
+    file (``fingerprint``, :mod:`wavygraph.data.fingerprint`) with a
+    one-line :class:`ConfigError` naming what differs."""
     if not os.path.isfile(path):
         return None
     try:
@@ -105,12 +108,27 @@ def load_checkpoint(path: str, config: dict, world_size: int) -> dict | None:
             f"checkpoint {path} was written with another config (differs in {', '.join(diff)}); "
             "use the same config or another out_dir"
         )
+    _check_data(path, ckpt.get("data_fingerprint"), fingerprint, config)
     if len(ckpt["rng"]) != world_size:
         raise ConfigError(
             f"checkpoint {path} was written by {len(ckpt['rng'])} process(es), this run has {world_size}; "
             "resume with the same number of processes"
         )
     return ckpt
+
+
+def _check_data(path: str, saved: dict | None, current: dict | None, config: dict) -> None:
+    """Refuse a checkpoint trained on another version of the graph file (a
+    checkpoint from before fingerprints were kept cannot be checked)."""
+    changed = changed_files(saved, current) if saved is not None else []
+    if changed:
+        key = changed[0]
+        old, new = content_of(saved).get(key) or "none", content_of(current).get(key) or "none"
+        raise ConfigError(
+            f"checkpoint {path} was trained on another version of data.{key}={config['data'].get(key)} "
+            f"(sha256 {old[:12]} then, {new[:12]} now); restore that file, or start over with --overwrite "
+            "or another out_dir"
+        )
 
 
 @dataclass
@@ -143,13 +161,16 @@ class TrainState:
 _STATE_KEYS = ("best", "best_state", "history", "since_best", "epoch_seconds", "epoch", "stopped")
 
 
-def restore(job: TrainingRun) -> TrainState:
+def restore(job: TrainingRun, path: str | None = None) -> TrainState:
     """A fresh :class:`TrainState` (best weights: ``job.core``'s initial
-    ones), or, with ``train.resume`` and a checkpoint in ``out_dir``, the
-    checkpoint's state with ``job.core``, ``job.optimizer`` and this rank's
-    RNGs loaded from it."""
-    resume, out_dir, ctx, model = job.cfg.train.resume, job.out_dir, job.ctx, job.core
-    ckpt = load_checkpoint(checkpoint_path(out_dir), job.config, ctx.world_size) if resume else None
+    ones), or, with ``train.resume`` and a checkpoint at ``path`` (default:
+    in ``job.out_dir``), the checkpoint's state with ``job.core``,
+    ``job.optimizer`` and this rank's RNGs loaded from it (refused for
+    another version of the graph file, ``job.fingerprint``). The messages
+    name the run by ``cfg.out_dir``."""
+    resume, out_dir, ctx, model = job.cfg.train.resume, str(job.cfg.out_dir), job.ctx, job.core
+    path = checkpoint_path(job.out_dir) if path is None else path
+    ckpt = load_checkpoint(path, job.config, ctx.world_size, job.fingerprint) if resume else None
     if ckpt is None:
         if resume and ctx.is_main:
             print(f"wavygraph: no checkpoint in {out_dir}; starting from epoch 1", file=sys.stderr, flush=True)
@@ -163,12 +184,15 @@ def restore(job: TrainingRun) -> TrainState:
 
 
 def save_checkpoint(job: TrainingRun) -> None:
-    """Write ``job.state``, ``job.core``, ``job.optimizer`` and the RNG states
-    to ``out_dir/checkpoint.pt`` atomically (rank 0); every rank must call
-    it, as the RNG states of all ranks are gathered."""
+    """Write ``job.state``, ``job.core``, ``job.optimizer``, the RNG states
+    and the graph file's fingerprint to ``out_dir/checkpoint.pt`` atomically
+    (rank 0); every rank must call it, as the RNG states of all ranks are
+    gathered."""
     rngs = gather(rng_state(job.generator), job.ctx)
     if not job.ctx.is_main:
         return
     ckpt = {"config": job.config, "model": job.core.state_dict(), "optimizer": job.optimizer.state_dict(),
             "rng": rngs, **{key: getattr(job.state, key) for key in _STATE_KEYS}}
+    if job.fingerprint is not None:
+        ckpt["data_fingerprint"] = job.fingerprint
     atomic_torch_save(ckpt, checkpoint_path(job.out_dir))

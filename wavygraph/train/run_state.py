@@ -15,11 +15,13 @@ from torch_geometric.data import Data
 
 from wavygraph.config import import_modules
 from wavygraph.data import DatasetInfo, load_dataset
+from wavygraph.data.fingerprint import data_fingerprint
 
 from . import distributed as dist_utils
 from .env import resolve_device, seed_everything, set_num_threads
 from .models import build_model, param_groups
 from .resume import TrainState, restore
+from .run_folder import RunFolder
 
 
 @dataclass
@@ -43,6 +45,11 @@ class TrainingRun:
         config (dict): the resolved config, stored in the checkpoints.
         state (TrainState): best scores and weights, history, epoch.
         start (float): ``time.time()`` when the run started.
+        work_dir (str, optional): the folder the files are written into
+            while the run lasts (:mod:`.run_folder`), or ``None``:
+            ``cfg.out_dir`` itself.
+        fingerprint (dict, optional): the graph file's fingerprint
+            (:mod:`wavygraph.data.fingerprint`), kept in the checkpoints.
     """
 
     cfg: DictConfig
@@ -57,10 +64,13 @@ class TrainingRun:
     config: dict
     state: TrainState
     start: float
+    work_dir: str | None = None
+    fingerprint: dict | None = None
 
     @property
     def out_dir(self) -> str:
-        return str(self.cfg.out_dir)
+        """Where the run's files go now: ``work_dir``, else ``cfg.out_dir``."""
+        return self.work_dir or str(self.cfg.out_dir)
 
 
 def dataset_options(d: DictConfig) -> dict:
@@ -93,9 +103,11 @@ def prepare_process(cfg: DictConfig) -> torch.device:
 
 
 def prepare(cfg: DictConfig, data: Data, info: DatasetInfo, device: torch.device, ctx: dist_utils.DistContext,
-            start: float | None = None) -> TrainingRun:
+            start: float | None = None, folder: RunFolder | None = None) -> TrainingRun:
     """Build the model (wrapped in DDP when distributed) and the optimiser,
-    and restore them from ``out_dir/checkpoint.pt`` with ``train.resume``."""
+    and restore them with ``train.resume`` from the checkpoint ``folder``
+    names (:class:`~.run_folder.RunFolder`; without one, from
+    ``out_dir/checkpoint.pt``)."""
     t = cfg.train
     core = build_model(cfg, info).to(device)
     model = dist_utils.wrap_model(core, data, device, ctx, t.seed)
@@ -104,6 +116,8 @@ def prepare(cfg: DictConfig, data: Data, info: DatasetInfo, device: torch.device
     config = OmegaConf.to_container(cfg, resolve=True)
     job = TrainingRun(cfg=cfg, data=data, info=info, device=device, ctx=ctx, model=model, core=core,
                       optimizer=optimizer, generator=generator, config=config, state=TrainState(),
-                      start=time.time() if start is None else start)
-    job.state = restore(job)
+                      start=time.time() if start is None else start,
+                      work_dir=folder.work_dir if folder is not None else None,
+                      fingerprint=data_fingerprint(cfg.data))
+    job.state = restore(job, path=folder.checkpoint if folder is not None else None)
     return job
