@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import Callable
 
 from omegaconf import DictConfig
 from torch_geometric.data import Data
@@ -33,7 +34,13 @@ from .outputs import finish, write_config
 from .resume import save_checkpoint
 from .run_state import TrainingRun, load_data, prepare, prepare_process
 
-def run(cfg: DictConfig) -> dict:
+#: ``on_eval(epoch, scores, best)``: called after every evaluation (rank 0)
+#: with that epoch's scores and the best-so-far ``{"val", "test", "train",
+#: "epoch"}``; an exception it raises stops the run and leaves :func:`run`.
+EvalCallback = Callable[[int, dict, dict], None]
+
+
+def run(cfg: DictConfig, on_eval: EvalCallback | None = None) -> dict:
     """Train per ``cfg``, write ``config.yaml``, ``model.pt`` and
     ``metrics.json`` (each atomically) into ``cfg.out_dir``, and return the
     metrics: ``metric``, ``best_val``, ``test`` (at the best validation
@@ -45,7 +52,8 @@ def run(cfg: DictConfig) -> dict:
     ``out_dir/checkpoint.pt`` every k epochs; ``train.resume=true`` continues
     from it (see :mod:`wavygraph.train.resume`). With ``train.distributed``
     (under torchrun) the ranks share the mini-batches and only rank 0
-    evaluates and writes; the other ranks return ``{}``.
+    evaluates and writes; the other ranks return ``{}``. ``on_eval`` (see
+    :data:`EvalCallback`) sees every evaluation, e.g. to prune a tuning trial.
     """
     start = time.time()
     device = prepare_process(cfg)
@@ -54,7 +62,7 @@ def run(cfg: DictConfig) -> dict:
     try:
         job = prepare(cfg, data, info, device, ctx, start)
         write_config(job)
-        train_epochs(job)
+        train_epochs(job, on_eval)
         if not ctx.is_main:
             return {}
         return finish(job)
@@ -125,10 +133,11 @@ def checkpoint(job: TrainingRun) -> None:
                     dist_utils.gather)
 
 
-def train_epochs(job: TrainingRun) -> None:
+def train_epochs(job: TrainingRun, on_eval: EvalCallback | None = None) -> None:
     """Epochs ``state.epoch + 1, ..., train.epochs`` (none when the state
     had stopped), until early stopping; ``job.state`` is updated in place and
-    a checkpoint written every ``train.checkpoint_every`` epochs and at the end."""
+    a checkpoint written every ``train.checkpoint_every`` epochs and at the end;
+    ``on_eval`` is called after each evaluation."""
     t, state = job.cfg.train, job.state
     full_input = graph_input(job.data, job.device) if not t.batch_size else None
     bar = progress_bar(job)
@@ -141,6 +150,8 @@ def train_epochs(job: TrainingRun) -> None:
         stop = False
         if not (epoch % t.eval_every and epoch != t.epochs):
             stop = evaluate_epoch(job, loss, bar)
+            if on_eval is not None and job.ctx.is_main:
+                on_eval(epoch, state.history[-1], dict(state.best))
         done = stop or epoch == t.epochs
         if t.checkpoint_every and (epoch % t.checkpoint_every == 0 or done):
             state.stopped = done
