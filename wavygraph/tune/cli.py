@@ -82,12 +82,22 @@ def _check_args(args: argparse.Namespace) -> None:
         raise SpaceError(f"--pruner-startup must be >= 0, got {args.pruner_startup}")
 
 
+#: what a tune folder holds (another process of the study may be writing its first files)
+TUNE_FILES = ("tune.json", ".tune.lock", "study.db", "study.db-journal", "trials", "tmp", "failed", "trials.csv",
+              "best.yaml", "best", "final", "final.json")
+
+
 def _check_out_dir(out_dir: str) -> None:
     """An existing ``out_dir`` must be a tune folder (or empty)."""
     from .space import SpaceError
 
-    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, "tune.json")):
-        raise SpaceError(f"out_dir {out_dir} holds files but no tune.json (not a tune folder); "
+    if os.path.isfile(out_dir):
+        raise SpaceError(f"out_dir {out_dir} is a file; name a folder")
+    if not os.path.isdir(out_dir) or os.path.isfile(os.path.join(out_dir, "tune.json")):
+        return
+    other = sorted(set(os.listdir(out_dir)) - set(TUNE_FILES))
+    if other:
+        raise SpaceError(f"out_dir {out_dir} holds {other[0]!r} and no tune.json (not a tune folder); "
                          "use a new out_dir")
 
 

@@ -183,6 +183,10 @@ def tune(spec: TuneSpec, signature: dict, jobs: int = 1, devices: Sequence[str] 
         refresh()
     finally:
         bar.close()
+    try:
+        os.rmdir(os.path.join(spec.out_dir, "tmp"))  # when empty
+    except OSError:
+        pass
     bad = [c for c in codes if c]
     if bad:
         print(f"wavygraph: {len(bad)} of {jobs} tune workers exited with an error (codes {bad})", file=sys.stderr)

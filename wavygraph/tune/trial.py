@@ -123,7 +123,7 @@ def publish(tmp: Path, final: Path, cfg: DictConfig, record: dict) -> None:
     if (tmp / "config.yaml").exists():
         atomic_write_text(tmp / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     record = {**record, "config": OmegaConf.to_container(cfg, resolve=True), "host": socket.gethostname(),
-              "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+              "pid": os.getpid(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
     atomic_write_json(tmp / TRIAL_FILE, record, sort_keys=True)
     final.parent.mkdir(parents=True, exist_ok=True)
     os.rename(tmp, final)
