@@ -183,11 +183,12 @@ def tune(spec: TuneSpec, signature: dict, jobs: int = 1, devices: Sequence[str] 
         refresh()
     finally:
         bar.close()
+    bad = [c for c in codes if c]
+    if bad:
+        print(f"wavygraph: {len(bad)} of {jobs} tune workers exited with an error (codes {bad})", file=sys.stderr)
+    summary = finish(spec, study, final_seeds, devices[0] if devices else None, start)
     try:
         os.rmdir(os.path.join(spec.out_dir, "tmp"))  # when empty
     except OSError:
         pass
-    bad = [c for c in codes if c]
-    if bad:
-        print(f"wavygraph: {len(bad)} of {jobs} tune workers exited with an error (codes {bad})", file=sys.stderr)
-    return finish(spec, study, final_seeds, devices[0] if devices else None, start)
+    return summary
