@@ -87,15 +87,16 @@ TUNE_FILES = ("tune.json", ".tune.lock", "study.db", "study.db-journal", "trials
               "best.yaml", "best", "final", "final.json")
 
 
-def _check_out_dir(out_dir: str) -> None:
-    """An existing ``out_dir`` must be a tune folder (or empty)."""
+def _check_out_dir(out_dir: str, storage: str) -> None:
+    """An existing ``out_dir`` must be a tune folder (or empty, or hold the study's storage file)."""
     from .space import SpaceError
 
     if os.path.isfile(out_dir):
         raise SpaceError(f"out_dir {out_dir} is a file; name a folder")
     if not os.path.isdir(out_dir) or os.path.isfile(os.path.join(out_dir, "tune.json")):
         return
-    other = sorted(set(os.listdir(out_dir)) - set(TUNE_FILES))
+    own = os.path.basename(storage.split(":", 1)[1] if storage.startswith("journal:") else storage)
+    other = sorted(set(os.listdir(out_dir)) - set(TUNE_FILES) - {own})
     if other:
         raise SpaceError(f"out_dir {out_dir} holds {other[0]!r} and no tune.json (not a tune folder); "
                          "use a new out_dir")
@@ -119,9 +120,9 @@ def build_spec(args: argparse.Namespace):
     space = load_space(args.space, args.config, overrides)
     base = load_config(args.config, space.fixed_overrides() + overrides)
     out_dir = str(base.out_dir)
-    _check_out_dir(out_dir)
     storage = args.storage or default_storage(out_dir)
     check_storage_url(storage)
+    _check_out_dir(out_dir, storage)
     epochs = int(base.train.epochs)
     given = {o.split("=", 1)[0] for o in overrides} | set(space.fixed)
     spec = TuneSpec(
