@@ -152,6 +152,7 @@ def command(args: argparse.Namespace) -> int:
     print(json.dumps(summary), flush=True)
     print(f"wrote {', '.join(wrote)}", flush=True)
     if "best_trial" not in summary:
-        print("wavygraph: no trial completed (all pruned or failed); see trials.csv and failed/", flush=True)
+        why = f"; the last error: {summary['last_error']}" if "last_error" in summary else ""
+        print(f"wavygraph: no trial completed (all pruned or failed){why}; see trials.csv and failed/", flush=True)
         return 1
     return 0

@@ -143,6 +143,10 @@ def finish(spec: TuneSpec, study: optuna.Study, seeds: Sequence[int], device: st
                "complete": c["complete"], "pruned": c["pruned"], "failed": c["failed"]}
     best = best_trial(study)
     written = ["trials.csv"]
+    errors = [t.user_attrs["error"] for t in study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.FAIL,))
+              if "error" in t.user_attrs]
+    if best is None and errors:
+        summary["last_error"] = errors[-1]
     if best is not None:
         write_best(spec.out_dir, best)
         written.append("best.yaml")
