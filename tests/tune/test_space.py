@@ -57,7 +57,7 @@ def test_key_types():
     ({"train.lr": {"type": "float", "low": 0.0, "high": 0.1, "log": True}}, "log=true needs low > 0"),
     ({"model.num_layers": {"type": "float", "low": 2, "high": 8}}, "int key and cannot take a float"),
     ({"model.dropout": {"type": "categorical", "choices": [0.1, "high"]}}, "float key; the choice 'high'"),
-    ({"model.use_graph": {"type": "int", "low": 0, "high": 1}}, "bool key and cannot take a int"),
+    ({"model.use_graph": {"type": "int", "low": 0, "high": 1}}, "bool key and cannot take an int"),
     ({"model.num_layers": {"type": "categorical", "choices": [2, 4.5]}}, "int key; the choice 4.5"),
     ({"model.num_layers": {"type": "categorical", "choices": [True, 2]}}, "int key; the choice True"),
     ({"model.dropout": {"type": "categorical", "choices": [None, 0.1]}}, "the choice None"),

@@ -171,19 +171,21 @@ def _check_distribution(key: str, d: dict) -> dict:
         raise SpaceError(f"{key}: a {dtype} distribution takes {', '.join(sorted(_DIST_FIELDS[dtype]))}, "
                          f"not {', '.join(unknown)}")
     name = getattr(kind, "__name__", str(kind))
+    a = "an" if name[0] in "aeiou" else "a"
     if dtype == "categorical":
         choices = d.get("choices")
         if not isinstance(choices, list) or not choices:
             raise SpaceError(f"{key}: choices must be a non-empty list, got {choices!r}")
         for c in choices:
             if not _takes(kind, optional, c):
-                raise SpaceError(f"{key} is a {name} key; the choice {c!r} is not a {name}")
+                raise SpaceError(f"{key} is {a} {name} key; the choice {c!r} is not {a} {name}")
         if len({json.dumps(c) for c in choices}) != len(choices):
             raise SpaceError(f"{key}: choices {choices} repeat a value")
         return {"type": dtype, "choices": list(choices)}
     if kind not in (int, float, Any) or (kind is int and dtype == "float"):
         fix = "type: int" if kind is int else "type: categorical with choices"
-        raise SpaceError(f"{key} is a {name} key and cannot take a {dtype} distribution; use {fix}")
+        raise SpaceError(f"{key} is {a} {name} key and cannot take {'an' if dtype == 'int' else 'a'} {dtype} "
+                         f"distribution; use {fix}")
     _check_range(key, d)
     out = {"type": dtype, "low": d["low"], "high": d["high"]}
     if dtype == "float":

@@ -22,6 +22,7 @@ import json
 import os
 import re
 import socket
+import time
 from pathlib import Path
 
 import optuna
@@ -35,6 +36,7 @@ GRACE_SECONDS = 180
 #: a trial asked for but not yet labelled with its process is live this long
 UNLABELLED_SECONDS = 120
 COUNTED = (TrialState.COMPLETE, TrialState.PRUNED)
+ATTEMPTS = 5  # tries to open an RDB storage
 
 
 def default_storage(out_dir: str) -> str:
@@ -74,12 +76,17 @@ def open_storage(url: str):
     names = inspect.signature(optuna.storages.RDBStorage).parameters
     callback = "heartbeat_stale_trial_callback" if "heartbeat_stale_trial_callback" in names else \
         "failed_trial_callback"
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_SECONDS,
-                                          grace_period=GRACE_SECONDS, **{callback: retry_failed})
-    except Exception as exc:  # a missing driver, a server that does not answer
-        raise SpaceError(f"cannot open --storage {masked(url)}: {type(exc).__name__}: "
-                         f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+    for attempt in range(ATTEMPTS):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine, heartbeat_interval=HEARTBEAT_SECONDS,
+                                              grace_period=GRACE_SECONDS, **{callback: retry_failed})
+        except ImportError as exc:  # the database's driver is not installed
+            raise SpaceError(f"cannot open --storage {masked(url)}: {exc}") from None
+        except Exception as exc:  # e.g. two processes creating the tables at once: the second tries again
+            if attempt == ATTEMPTS - 1:
+                raise SpaceError(f"cannot open --storage {masked(url)}: {type(exc).__name__}: "
+                                 f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+            time.sleep(0.5 * (attempt + 1))
 
 
 def open_study(storage, name: str, signature: dict | None, create: bool) -> optuna.Study:
