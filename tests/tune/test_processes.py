@@ -104,9 +104,10 @@ def test_two_processes_share_one_storage(tmp_path):
 
 def test_jobs_run_trials_in_worker_processes(tmp_path):
     out, space = tmp_path / "jobs", write_space(tmp_path)
-    proc = subprocess.run(command(space, out, "--trials", "5", "--jobs", "2"), env=env(), capture_output=True,
-                          text=True, timeout=BOUND)
-    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.Popen(command(space, out, "--trials", "5", "--jobs", "2"), env=env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _, err = proc.communicate(timeout=BOUND)
+    assert proc.returncode == 0, err
     done = counted(out)
     assert len(done) == 5 and set(published(out)) == {r["number"] for r in done}
     pids = {r["pid"] for r in published(out).values()}

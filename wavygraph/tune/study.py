@@ -10,9 +10,10 @@ take these steps under one file lock, so that they never ask for a trial too
 many; processes on other machines are caught by the check inside the
 objective (:class:`~wavygraph.tune.trial.Objective`).
 
-The sampler is Optuna's TPE, seeded per trial from ``--seed`` and the number
-of trials the study held when it was asked for: a one-process study repeats,
-and a resumed study does not draw its first trials' parameters again.
+The sampler is Optuna's TPE, seeded per trial from ``--seed`` and the trial's
+number (:func:`~wavygraph.tune.trial.sampler_for`): a one-process study
+repeats, a resumed study does not draw its first trials' parameters again,
+and two machines asking at the same moment do not draw the same ones.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ import optuna
 from filelock import FileLock
 
 from .storage import counts, open_storage, open_study, settle_dead, taken
-from .trial import Objective, TuneSpec, clean_stale
+from .trial import Objective, TuneSpec, clean_stale, sampler_for
 
 LOCK = ".tune.lock"
 
@@ -47,14 +48,6 @@ def make_pruner(spec: TuneSpec, epochs: int) -> optuna.pruners.BasePruner:
     if spec.pruner == "hyperband":
         return optuna.pruners.HyperbandPruner(min_resource=max(1, spec.warmup), max_resource=max(epochs, 2))
     return optuna.pruners.NopPruner()
-
-
-def sampler_for(seed: int, held: int) -> optuna.samplers.BaseSampler:
-    """TPE seeded from a hash of ``seed`` and the number of trials the study
-    holds (consecutive seeds would give correlated first draws)."""
-    from hashlib import sha256
-
-    return optuna.samplers.TPESampler(seed=int(sha256(f"{seed}/{held}".encode()).hexdigest()[:8], 16))
 
 
 def lock_of(out_dir: str) -> FileLock:

@@ -86,6 +86,14 @@ def trial_config(spec: TuneSpec, params: dict, out_dir: str, device: str | None 
     return cfg
 
 
+def sampler_for(seed: int, number: int) -> optuna.samplers.BaseSampler:
+    """TPE seeded from a hash of ``seed`` and a trial number (consecutive
+    seeds would give correlated first draws)."""
+    from hashlib import sha256
+
+    return optuna.samplers.TPESampler(seed=int(sha256(f"{seed}/{number}".encode()).hexdigest()[:8], 16))
+
+
 def suggest(trial: optuna.Trial, space: Space) -> dict:
     """The trial's value of every searched key."""
     params = {}
@@ -159,6 +167,7 @@ class Objective:
                 raise RuntimeError(f"trial {trial.number} is beyond the requested {self.spec.trials}")
         finally:
             self._release()
+        trial.study.sampler = sampler_for(self.spec.seed, trial.number)  # draws at suggest time
         params = suggest(trial, self.spec.space)
         return self.run(trial, params)
 
