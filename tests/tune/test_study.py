@@ -215,3 +215,16 @@ def test_settle_dead_trials(tmp_path, dead_pid, storage):
     assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 1
     with pytest.raises(st.SpaceError, match="holds another search"):
         st.open_study(st.open_storage(url), "s", {"x": 2}, create=True)
+
+
+def test_timeout_starts_no_trial_after_it(tmp_path, capsys):
+    summary = tune(capsys, tmp_path / "t", "--trials", "3", "--timeout", "1e-9")
+    assert summary["rc"] == 1 and summary["complete"] == 0 and "best_trial" not in summary
+    assert read_rows(tmp_path / "t") == []
+
+
+def test_hyperband_pruner_and_a_baseline_on_the_command_line(tmp_path, capsys):
+    summary = tune(capsys, tmp_path / "h", "--trials", "2", "--pruner", "hyperband", "model.arch=gcn",
+                   "--space", str(ROOT / "configs/spaces/gcn.yaml"), epochs=4)
+    assert summary["rc"] == 0 and summary["complete"] + summary["pruned"] == 2
+    assert json.loads((tmp_path / "h" / "tune.json").read_text())["pruner"]["name"] == "hyperband"
