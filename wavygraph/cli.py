@@ -1,4 +1,4 @@
-"""The ``wavygraph`` command: ``wavygraph train | sweep | report | demo``.
+"""The ``wavygraph`` command: ``wavygraph train | sweep | tune | report | demo``.
 
 Every module listed in :data:`SUBCOMMANDS` provides ``add_parser(subparsers)``
 that adds its subcommand and sets ``func(args) -> int``. Errors of our own
@@ -15,7 +15,7 @@ import importlib
 import sys
 import warnings
 
-SUBCOMMANDS = ["wavygraph.train.cli", "wavygraph.sweep.cli", "wavygraph.report", "wavygraph.demo"]
+SUBCOMMANDS = ["wavygraph.train.cli", "wavygraph.sweep.cli", "wavygraph.tune.cli", "wavygraph.report", "wavygraph.demo"]
 
 
 def build_parser() -> argparse.ArgumentParser:

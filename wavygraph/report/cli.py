@@ -53,7 +53,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     """Register ``wavygraph report``."""
     p = subparsers.add_parser(
         "report",
-        help="tables and plots of a sweep folder",
+        help="tables and plots of a sweep or tune folder",
         description="Write results.csv, summary.md, score_vs_depth.png and "
         "diagnostics_depth<D>.png from the finished cells of a sweep folder.",
     )
@@ -68,7 +68,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def command(args: argparse.Namespace) -> int:
-    paths = make_report(args.dir, args.depth, args.out, best_worst=args.best_worst)
+    from .tune import is_tune_folder, make_tune_report
+
+    if is_tune_folder(args.dir):  # a `wavygraph tune` folder: its own summary and plots
+        paths = make_tune_report(args.dir, args.out)
+    else:
+        paths = make_report(args.dir, args.depth, args.out, best_worst=args.best_worst)
     print(Path(paths["summary"]).read_text())
     for name, path in paths.items():
         if path is not None:

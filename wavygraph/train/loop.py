@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Callable
 
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
@@ -35,7 +36,13 @@ from .resume import save_checkpoint
 from .run_folder import RunFolder, plan, publishing
 from .run_state import TrainingRun, load_data, prepare, prepare_process
 
-def run(cfg: DictConfig, overwrite: bool = False) -> dict:
+#: ``on_eval(epoch, scores, best)``: called after every evaluation (rank 0)
+#: with that epoch's scores and the best-so-far ``{"val", "test", "train",
+#: "epoch"}``; an exception it raises stops the run and leaves :func:`run`.
+EvalCallback = Callable[[int, dict, dict], None]
+
+
+def run(cfg: DictConfig, overwrite: bool = False, on_eval: EvalCallback | None = None) -> dict:
     """Train per ``cfg`` and publish the run as ``cfg.out_dir``: its
     ``config.yaml``, ``model.pt`` and ``metrics.json`` (each written
     atomically) are written into a work folder beside it and renamed into
@@ -53,21 +60,22 @@ def run(cfg: DictConfig, overwrite: bool = False) -> dict:
     lasts, where an interrupted run keeps it); ``train.resume=true``
     continues from it (see :mod:`wavygraph.train.resume`). With
     ``train.distributed`` (under torchrun) the ranks share the mini-batches
-    and only rank 0 evaluates and writes; the other ranks return ``{}``.
+    and only rank 0 evaluates and writes; the other ranks return ``{}``. ``on_eval`` (see
+    :data:`EvalCallback`) sees every evaluation, e.g. to prune a tuning trial.
     """
     distributed = bool(cfg.train.get("distributed", False))
     is_main = not distributed or os.environ.get("RANK", "0") == "0"
-    return _run(cfg, plan(cfg, overwrite, check_lock=is_main))
+    return _run(cfg, plan(cfg, overwrite, check_lock=is_main), on_eval)
 
 
-def run_in_place(cfg: DictConfig) -> dict:
+def run_in_place(cfg: DictConfig, on_eval: EvalCallback | None = None) -> dict:
     """:func:`run` writing straight into ``cfg.out_dir``, without its checks
     and work folder: for a caller that publishes the folder itself (a sweep
     cell's temporary folder)."""
-    return _run(cfg, None)
+    return _run(cfg, None, on_eval)
 
 
-def _run(cfg: DictConfig, folder: RunFolder | None) -> dict:
+def _run(cfg: DictConfig, folder: RunFolder | None, on_eval: EvalCallback | None = None) -> dict:
     start = time.time()
     device = prepare_process(cfg)
     data, info = load_data(cfg.data)
@@ -76,7 +84,7 @@ def _run(cfg: DictConfig, folder: RunFolder | None) -> dict:
         job = prepare(cfg, data, info, device, ctx, start, folder)
         with publishing(folder, ctx.is_main):
             write_config(job)
-            train_epochs(job)
+            train_epochs(job, on_eval)
             metrics = finish(job) if ctx.is_main else {}
         return metrics
     finally:
@@ -135,10 +143,11 @@ def progress_bar(job: TrainingRun) -> tqdm:
                 dynamic_ncols=True, initial=state.epoch, total=t.epochs)
 
 
-def train_epochs(job: TrainingRun) -> None:
+def train_epochs(job: TrainingRun, on_eval: EvalCallback | None = None) -> None:
     """Epochs ``state.epoch + 1, ..., train.epochs`` (none when the state
     had stopped), until early stopping; ``job.state`` is updated in place and
-    a checkpoint written every ``train.checkpoint_every`` epochs and at the end."""
+    a checkpoint written every ``train.checkpoint_every`` epochs and at the end;
+    ``on_eval`` is called after each evaluation."""
     t, state = job.cfg.train, job.state
     full_input = graph_input(job.data, job.device) if not t.batch_size else None
     bar = progress_bar(job)
@@ -150,6 +159,8 @@ def train_epochs(job: TrainingRun) -> None:
         stop = False
         if not (epoch % t.eval_every and epoch != t.epochs):
             stop = evaluate_epoch(job, loss, bar)
+            if on_eval is not None and job.ctx.is_main:
+                on_eval(epoch, state.history[-1], dict(state.best))
         done = stop or epoch == t.epochs
         if t.checkpoint_every and (epoch % t.checkpoint_every == 0 or done):
             state.stopped = done

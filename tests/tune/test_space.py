@@ -1,0 +1,134 @@
+"""wavygraph.tune.space: the space file checked against the config schema,
+and ``wavygraph tune`` refusing a bad space or option with one line, exit 2,
+before anything is written."""
+from pathlib import Path
+
+import pytest
+import yaml
+
+from wavygraph.cli import main
+from wavygraph.tune.space import SpaceError, key_type, load_space, parse_space
+
+ROOT = Path(__file__).resolve().parents[2]
+CSBM = str(ROOT / "configs" / "csbm.yaml")
+SMALL = ["data.csbm.preset=small", "model.num_layers=2", "train.epochs=2", "train.num_threads=1"]
+
+
+def write(tmp_path: Path, space, name="space.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(space if isinstance(space, str) else yaml.safe_dump(space, sort_keys=False))
+    return str(path)
+
+
+def test_parse_flat_nested_and_fixed(tmp_path):
+    space = parse_space(write(tmp_path, {
+        "train": {"lr": {"type": "float", "low": 1e-4, "high": 1e-2, "log": True}},
+        "model.hidden_channels": {"type": "int", "low": 16, "high": 64, "step": 16},
+        "model.residual": {"type": "categorical", "choices": ["diffusion", "light_wave"]},
+        "model.graph_weight": {"type": "categorical", "choices": [None, 0.5, 1]},
+        "model.tau": {"type": "int", "low": 1, "high": 2},  # an int range for a float key is fine
+        "model.residual_options.lam0": {"type": "float", "low": 0.1, "high": 0.9},
+        "model.arch": "wavy",
+    }))
+    assert list(space.params) == ["train.lr", "model.hidden_channels", "model.residual", "model.graph_weight",
+                                  "model.tau", "model.residual_options.lam0"]
+    assert space.fixed == {"model.arch": "wavy"}
+    d = space.distributions()
+    assert d["train.lr"].log and d["train.lr"].low == 1e-4
+    assert d["model.hidden_channels"].step == 16
+    assert d["model.graph_weight"].choices == (None, 0.5, 1)
+
+
+def test_key_types():
+    assert key_type("model.num_layers") == (int, False)
+    assert key_type("model.graph_weight") == (float, True)
+    assert key_type("model.residual") == (str, False)
+    assert key_type("model.use_graph") == (bool, False)
+    with pytest.raises(SpaceError, match="unknown config key 'model.nope'"):
+        key_type("model.nope")
+    with pytest.raises(SpaceError, match="section"):
+        key_type("model")
+
+
+@pytest.mark.parametrize("space, message", [
+    ({"model.nope": {"type": "float", "low": 0, "high": 1}}, "unknown config key 'model.nope'"),
+    ({"model.residual": {"type": "categorical", "choices": []}}, "choices must be a non-empty list"),
+    ({"model.dropout": {"type": "float", "low": 0.5, "high": 0.1}}, r"low=0.5 > high=0.1"),
+    ({"train.lr": {"type": "float", "low": 0.0, "high": 0.1, "log": True}}, "log=true needs low > 0"),
+    ({"model.num_layers": {"type": "float", "low": 2, "high": 8}}, "int key and cannot take a float"),
+    ({"model.dropout": {"type": "categorical", "choices": [0.1, "high"]}}, "float key; the choice 'high'"),
+    ({"model.use_graph": {"type": "int", "low": 0, "high": 1}}, "bool key and cannot take an int"),
+    ({"model.num_layers": {"type": "categorical", "choices": [2, 4.5]}}, "int key; the choice 4.5"),
+    ({"model.num_layers": {"type": "categorical", "choices": [True, 2]}}, "int key; the choice True"),
+    ({"model.dropout": {"type": "categorical", "choices": [None, 0.1]}}, "the choice None"),
+    ({"model.dropout": {"type": "uniform", "low": 0, "high": 1}}, "type must be one of"),
+    ({"model.dropout": {"type": "float", "low": 0, "hi": 1}}, "not hi"),
+    ({"model.dropout": {"type": "float", "low": 0}}, "needs low and high"),
+    ({"model.dropout": {"type": "float", "low": "a", "high": 1}}, "low must be a number"),
+    ({"train.lr": {"type": "float", "low": 0.1, "high": 1, "log": True, "step": 0.1}}, "cannot be combined"),
+    ({"model.residual": {"type": "categorical", "choices": ["wave", "wave"]}}, "repeat a value"),
+    ({"out_dir": {"type": "categorical", "choices": ["a", "b"]}}, "set by wavygraph tune itself"),
+    ({"model.arch": "gcn"}, "has no distribution"),
+    ([1, 2], "mapping of config keys"),
+])
+def test_bad_spaces(tmp_path, space, message):
+    with pytest.raises(SpaceError, match=message):
+        parse_space(write(tmp_path, space))
+
+
+@pytest.mark.parametrize("space, overrides, message", [
+    ({"model.dropout": {"type": "float", "low": 0.0, "high": 1.0}}, [], r"model.dropout=1.0.*\[0, 1\)"),
+    ({"model.residual": {"type": "categorical", "choices": ["diffusion", "nope"]}}, [], "model.residual='nope'"),
+    ({"train.lr": {"type": "float", "low": 1e-4, "high": 1e-2}}, ["train.lr=0.1"], "searched by the space and also"),
+    ({"model.tau": {"type": "float", "low": 0.1, "high": 1}, "model.arch": "gcn"}, [], "does not apply"),
+])
+def test_space_against_the_base_config(tmp_path, space, overrides, message):
+    with pytest.raises(SpaceError, match=message):
+        load_space(write(tmp_path, space), CSBM, SMALL + overrides)
+
+
+@pytest.mark.parametrize("name", ["wavy", "gcn", "gcnii", "sgformer"])
+def test_shipped_spaces_fit_the_cora_base(name):
+    space = load_space(str(ROOT / "configs" / "spaces" / f"{name}.yaml"), str(ROOT / "configs" / "cora.yaml"),
+                       ["model.num_layers=16"])
+    assert "model.num_layers" not in space.params  # the depth is the user's
+    assert space.fixed.get("model.arch", "wavy") == name if name != "wavy" else "model.arch" not in space.fixed
+    if name == "wavy":  # the attention stays on: the local branch's blend stays below 1
+        assert space.params["model.graph_weight"]["high"] < 1
+
+
+GOOD = {"train.lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}}
+
+
+@pytest.mark.parametrize("space, args, message", [
+    ({"model.nope": {"type": "float", "low": 0, "high": 1}}, [], "unknown config key 'model.nope'"),
+    ({"model.residual": {"type": "categorical", "choices": []}}, [], "non-empty list"),
+    ({"model.dropout": {"type": "float", "low": 0.5, "high": 0.1}}, [], "> high"),
+    ({"model.num_layers": {"type": "float", "low": 2, "high": 8}}, [], "int key"),
+    (GOOD, ["--trials", "0"], "--trials must be >= 1"),
+    (GOOD, ["--jobs", "0"], "--jobs must be >= 1"),
+    (GOOD, ["--timeout", "-1"], "--timeout must be > 0"),
+    (GOOD, ["--final-seeds", "0,x"], "--final-seeds must be comma-separated integers"),
+    (GOOD, ["--final-seeds", "1,1"], "distinct"),
+    (GOOD, ["--storage", "nonsense"], "neither an SQLAlchemy URL"),
+    (GOOD, ["model.nope=1"], "unknown config key"),
+    (None, [], "--space SPACE.yaml is required"),
+])
+def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, space, args, message):
+    out = tmp_path / "study"
+    argv = ["tune", CSBM, *SMALL, f"out_dir={out}", *args]
+    if space is not None:
+        argv += ["--space", write(tmp_path, space)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("wavygraph: error: ") and "\n" not in err and message.split("*")[0].strip("\\") in err
+    assert not out.exists()
+
+
+def test_cli_refuses_a_folder_that_is_not_a_tune_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "metrics.json").write_text("{}")
+    assert main(["tune", CSBM, *SMALL, f"out_dir={out}", "--space", write(tmp_path, GOOD)]) == 2
+    assert "not a tune folder" in capsys.readouterr().err
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.json"]

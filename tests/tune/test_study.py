@@ -1,0 +1,230 @@
+"""wavygraph tune in this process (tiny studies on the synthetic ``csbm``
+graph, preset ``small``, 2 layers, a few epochs, one thread): trials.csv,
+best.yaml reproducing its trial, the final seeds, pruning, a baseline space,
+a repeatable one-process study, the report of a tune folder, and the
+settling of trials whose process died."""
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+
+from wavygraph.cli import main
+from wavygraph.tune import storage as st
+
+ROOT = Path(__file__).resolve().parents[2]
+CSBM = str(ROOT / "configs" / "csbm.yaml")
+SMALL = ["data.csbm.preset=small", "model.num_layers=2", "train.num_threads=1"]
+SPACE = {
+    "train.lr": {"type": "float", "low": 1e-3, "high": 3e-2, "log": True},
+    "model.dropout": {"type": "float", "low": 0.0, "high": 0.6},
+    "model.residual": {"type": "categorical", "choices": ["diffusion", "light_wave"]},
+}
+
+
+def write_space(folder: Path, space=None) -> str:
+    path = folder / "space.yaml"
+    path.write_text(yaml.safe_dump(space or SPACE, sort_keys=False))
+    return str(path)
+
+
+def read_rows(out: Path) -> list[dict]:
+    with open(out / "trials.csv") as fh:
+        return list(csv.DictReader(fh))
+
+
+def tune(capsys, out: Path, *args, space=None, epochs=6) -> dict:
+    rc = main(["tune", CSBM, "--space", write_space(out.parent, space), *SMALL, f"train.epochs={epochs}",
+               f"out_dir={out}", "--no-progress", *args])
+    lines = capsys.readouterr().out.strip().splitlines()
+    summary = json.loads(next(line for line in lines if line.startswith("{")))
+    summary["rc"] = rc
+    return summary
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory):
+    """One 4-trial study with --final-seeds 0,1,2 (run once for the tests below)."""
+    import io
+    from contextlib import redirect_stdout
+
+    out = tmp_path_factory.mktemp("tune") / "study"
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = main(["tune", CSBM, "--space", write_space(out.parent), *SMALL, "train.epochs=4", f"out_dir={out}",
+                   "--no-progress", "--trials", "4", "--final-seeds", "0,1,2"])
+    assert rc == 0
+    summary = json.loads(next(line for line in buf.getvalue().splitlines() if line.startswith("{")))
+    return out, summary
+
+
+def test_trials_csv_and_the_best_trial(study):
+    out, summary = study
+    rows = read_rows(out)
+    assert [int(r["number"]) for r in rows] == list(range(4))
+    assert list(rows[0])[:4] == ["number", "train.lr", "model.dropout", "model.residual"]
+    counted = [r for r in rows if r["state"] in ("COMPLETE", "PRUNED")]
+    assert len(counted) == 4 and summary["complete"] + summary["pruned"] == 4
+    for r in rows:  # validation and test of every trial, from its published folder
+        record = json.loads((out / "trials" / r["number"] / "trial.json").read_text())
+        assert float(r["val"]) == record["val"] and float(r["test"]) == record["test"]
+        assert record["state"] == r["state"]
+        if r["state"] == "COMPLETE":
+            assert json.loads((out / "trials" / r["number"] / "metrics.json").read_text())["best_val"] == record["val"]
+    done = [r for r in rows if r["state"] == "COMPLETE"]
+    best = max(done, key=lambda r: float(r["val"]))
+    assert summary["best_trial"] == int(best["number"]) and summary["best_val"] == float(best["val"])
+    assert summary["best_test"] == float(best["test"])
+    assert not (out / "tmp").exists()
+
+
+def test_best_yaml_reproduces_the_best_trial(study, capsys):
+    out, summary = study
+    cfg = yaml.safe_load((out / "best.yaml").read_text())
+    assert cfg["out_dir"] == os.path.join(str(out), "best") and cfg["train"]["num_threads"] == 1
+    assert main(["train", str(out / "best.yaml")]) == 0
+    printed = json.loads(next(line for line in capsys.readouterr().out.splitlines() if line.startswith("{")))
+    assert printed["best_val"] == summary["best_val"]  # exactly: same device and threads
+    assert printed["test"] == summary["best_test"]
+
+
+def test_final_seeds(study):
+    out, summary = study
+    final = json.loads((out / "final.json").read_text())
+    assert final["seeds"] == [0, 1, 2] and len(final["test"]) == len(final["val"]) == 3
+    assert final["test_mean"] == pytest.approx(statistics.fmean(final["test"]))
+    assert final["test_std"] == pytest.approx(statistics.stdev(final["test"]))
+    assert summary["final_test_mean"] == final["test_mean"] and summary["final_test_std"] == final["test_std"]
+    best_seed = yaml.safe_load((out / "best.yaml").read_text())["train"]["seed"]
+    if best_seed in final["seeds"]:  # the best trial's own seed gives the best trial's scores again
+        assert final["val"][final["seeds"].index(best_seed)] == summary["best_val"]
+    for seed in (0, 1, 2):
+        record = json.loads((out / "final" / f"trial{final['trial']}-seed{seed}" / "trial.json").read_text())
+        assert record["config"]["train"]["seed"] == seed
+
+
+def test_rerun_of_a_finished_study_runs_nothing(study, capsys):
+    out, summary = study
+    before = {p.name: p.stat().st_mtime_ns for p in (out / "trials").glob("*/trial.json")}
+    again = tune(capsys, out, "--trials", "4", "--final-seeds", "0,1,2", epochs=4)
+    assert again["rc"] == 0 and again["best_trial"] == summary["best_trial"]
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "trials").glob("*/trial.json")} == before
+    assert again["final_test_mean"] == summary["final_test_mean"]
+
+
+def test_report_of_a_tune_folder(study, tmp_path, capsys):
+    out, summary = study
+    assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
+    text = (tmp_path / "rep" / "summary.md").read_text()
+    assert f"**best trial {summary['best_trial']}**" in text and "## Final seeds" in text
+    assert (tmp_path / "rep" / "optimization_history.png").stat().st_size > 0
+    assert (tmp_path / "rep" / "param_importance.png").stat().st_size > 0
+
+
+def test_report_with_one_trial_has_no_importance(tmp_path, capsys):
+    out = tmp_path / "one"
+    assert tune(capsys, out, "--trials", "1", epochs=2)["rc"] == 0
+    assert main(["report", str(out)]) == 0
+    assert "parameter importance needs at least 2 complete trials" in (out / "summary.md").read_text()
+    assert not (out / "param_importance.png").exists()
+
+
+@pytest.mark.slow
+def test_one_process_study_repeats(tmp_path, capsys):
+    a = tune(capsys, tmp_path / "a", "--trials", "3", "--seed", "7")
+    b = tune(capsys, tmp_path / "b", "--trials", "3", "--seed", "7")
+    strip = ("number", "seconds")
+    rows_a = [{k: v for k, v in r.items() if k not in strip} for r in read_rows(tmp_path / "a")]
+    rows_b = [{k: v for k, v in r.items() if k not in strip} for r in read_rows(tmp_path / "b")]
+    assert rows_a == rows_b and a["best_val"] == b["best_val"]
+    c = tune(capsys, tmp_path / "c", "--trials", "3", "--seed", "8")
+    assert read_rows(tmp_path / "c")[0]["train.lr"] != read_rows(tmp_path / "a")[0]["train.lr"]
+    assert c["rc"] == 0
+
+
+@pytest.mark.slow
+def test_pruning(tmp_path, capsys):
+    """Half the space cannot learn (lr 1e-7): after two trials the median
+    pruner stops those at the first epoch after the warm-up."""
+    space = {"train.lr": {"type": "categorical", "choices": [1e-7, 2e-2]},
+             "model.dropout": {"type": "float", "low": 0.0, "high": 0.3}}
+    summary = tune(capsys, tmp_path / "p", "--trials", "8", "--pruner-startup", "2", "--warmup", "2",
+                   space=space, epochs=12)
+    rows = read_rows(tmp_path / "p")
+    pruned = [r for r in rows if r["state"] == "PRUNED"]
+    assert pruned and summary["pruned"] == len(pruned)
+    # once two trials finished, every trial that cannot learn is pruned
+    assert all(r["state"] == "PRUNED" for r in rows[2:] if float(r["train.lr"]) == 1e-7)
+    for r in pruned:  # stopped early: its folder has no metrics.json, its scores are those when it stopped
+        folder = tmp_path / "p" / "trials" / r["number"]
+        assert not (folder / "metrics.json").exists() and json.loads((folder / "trial.json").read_text())["val"] \
+            == float(r["val"])
+    none = tune(capsys, tmp_path / "n", "--trials", "8", "--pruner", "none", space=space, epochs=12)
+    assert none["pruned"] == 0 and none["complete"] == 8
+
+
+def test_baseline_space(tmp_path, capsys):
+    summary = tune(capsys, tmp_path / "gcn", "--trials", "2", "--space", str(ROOT / "configs/spaces/gcn.yaml"),
+                   epochs=3)
+    assert summary["rc"] == 0 and summary["complete"] == 2
+    cfg = yaml.safe_load((tmp_path / "gcn" / "best.yaml").read_text())
+    assert cfg["model"]["arch"] == "gcn"
+    assert set(summary["best_params"]) == {"train.lr", "train.weight_decay", "model.hidden_channels", "model.dropout"}
+
+
+@pytest.fixture
+def dead_pid():
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(proc.stdout)
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+@pytest.mark.parametrize("storage", ["sqlite", "journal"])
+def test_settle_dead_trials(tmp_path, dead_pid, storage):
+    url = f"sqlite:///{tmp_path}/s.db" if storage == "sqlite" else f"journal:{tmp_path}/s.log"
+    study = st.open_study(st.open_storage(url), "s", {"x": 1}, create=True)
+    dist = optuna.distributions.FloatDistribution(0.0, 1.0)
+    me = {"host": __import__("socket").gethostname(), "pid": os.getpid(), "token": st.process_token(os.getpid())}
+    dead = {**me, "pid": dead_pid, "token": ""}
+    trials = []
+    for proc in (dead, dead, me, {**dead, "host": "elsewhere"}, None):
+        t = study.ask({"x": dist})
+        if proc is not None:
+            t.set_user_attr("process", proc)
+        trials.append(t)
+    published = tmp_path / "out" / "trials" / str(trials[1].number)
+    published.mkdir(parents=True)
+    (published / "trial.json").write_text(json.dumps({"state": "COMPLETE", "val": 0.75, "test": 0.5}))
+    assert st.taken(study) == 3  # the live one, the other host's and the one just asked for
+    assert st.settle_dead(study, str(tmp_path / "out")) == 2
+    states = {t.number: t for t in study.get_trials()}
+    assert states[trials[0].number].state == optuna.trial.TrialState.FAIL
+    assert states[trials[1].number].state == optuna.trial.TrialState.COMPLETE
+    assert states[trials[1].number].value == 0.75 and states[trials[1].number].user_attrs["test"] == 0.5
+    for t in trials[2:]:
+        assert states[t.number].state == optuna.trial.TrialState.RUNNING
+    waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+    assert len(waiting) == 1 and waiting[0].user_attrs["retry_of"] == trials[0].number
+    assert st.settle_dead(study, str(tmp_path / "out")) == 0  # settled once
+    assert len(study.get_trials(states=(optuna.trial.TrialState.WAITING,))) == 1
+    with pytest.raises(st.SpaceError, match="holds another search"):
+        st.open_study(st.open_storage(url), "s", {"x": 2}, create=True)
+
+
+def test_timeout_starts_no_trial_after_it(tmp_path, capsys):
+    summary = tune(capsys, tmp_path / "t", "--trials", "3", "--timeout", "1e-9")
+    assert summary["rc"] == 1 and summary["complete"] == 0 and "best_trial" not in summary
+    assert read_rows(tmp_path / "t") == []
+
+
+def test_hyperband_pruner_and_a_baseline_on_the_command_line(tmp_path, capsys):
+    summary = tune(capsys, tmp_path / "h", "--trials", "2", "--pruner", "hyperband", "model.arch=gcn",
+                   "--space", str(ROOT / "configs/spaces/gcn.yaml"), epochs=4)
+    assert summary["rc"] == 0 and summary["complete"] + summary["pruned"] == 2
+    assert json.loads((tmp_path / "h" / "tune.json").read_text())["pruner"]["name"] == "hyperband"

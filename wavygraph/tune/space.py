@@ -1,0 +1,244 @@
+"""Search spaces: a YAML file that maps config keys to distributions.
+
+    train.lr: {type: float, low: 1.0e-4, high: 1.0e-2, log: true}
+    model.hidden_channels: {type: int, low: 32, high: 128, step: 32}
+    model.residual: {type: categorical, choices: [diffusion, light_wave]}
+    model.arch: gcn                # a plain value: fixed in every trial
+
+Keys are dotted config keys (or nested mappings of them); a distribution is
+a mapping with a ``type``: ``float`` (``low``, ``high``, optional ``log`` or
+``step``), ``int`` (``low``, ``high``, optional ``log`` or ``step``) or
+``categorical`` (``choices``: plain values). Any other value is fixed.
+
+:func:`load_space` checks the file against the config schema before anything
+runs: an unknown key, a distribution the key's type cannot take (a float for
+an int key, a string choice for a float key, ...), empty choices, ``low >
+high``, ``log`` with ``low <= 0``, and every endpoint and choice is run
+through :func:`wavygraph.config.load_config` on the base config, so a value
+the config would reject (``model.dropout`` of 1.0, an unknown residual kind)
+is an error naming the key before the first trial.
+"""
+from __future__ import annotations
+
+import json
+import os
+import typing
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, Sequence
+
+import yaml
+
+from wavygraph.config import Config, ConfigError, load_config
+
+DIST_TYPES = ("float", "int", "categorical")
+_DIST_FIELDS = {"float": {"low", "high", "log", "step"}, "int": {"low", "high", "log", "step"},
+                "categorical": {"choices"}}
+#: keys a trial's run sets itself (where it writes, on which device, ...)
+UNSEARCHABLE = ("out_dir", "imports", "train.device", "train.progress", "train.resume", "train.checkpoint_every",
+                "train.distributed", "train.dist_backend")
+
+
+class SpaceError(ConfigError):
+    """An invalid search space or tune option (one line, exit 2)."""
+
+
+@dataclass
+class Space:
+    """A parsed search space.
+
+    Args:
+        path (str): the YAML file.
+        params (dict): ``{config key: {"type", "low", "high", "log", "step"}
+            or {"type", "choices"}}``, in file order.
+        fixed (dict): ``{config key: value}`` set in every trial.
+    """
+
+    path: str
+    params: dict
+    fixed: dict
+
+    def distributions(self) -> dict:
+        """The Optuna distributions of :attr:`params`, by key."""
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        out = {}
+        for key, d in self.params.items():
+            if d["type"] == "categorical":
+                out[key] = CategoricalDistribution(d["choices"])
+            elif d["type"] == "float":
+                out[key] = FloatDistribution(d["low"], d["high"], log=d.get("log", False), step=d.get("step"))
+            else:
+                out[key] = IntDistribution(d["low"], d["high"], log=d.get("log", False), step=d.get("step") or 1)
+        return out
+
+    def fixed_overrides(self) -> list[str]:
+        return [override(k, v) for k, v in self.fixed.items()]
+
+
+def override(key: str, value: Any) -> str:
+    """``key=value`` that OmegaConf's dotlist reads back as ``value``."""
+    return f"{key}={json.dumps(value)}"
+
+
+def key_type(key: str) -> tuple[Any, bool]:
+    """``(type, optional)`` of a dotted config key from the schema's
+    dataclasses (``Any`` under a mapping key such as
+    ``model.residual_options``); raises :class:`SpaceError` if unknown."""
+    node, parts = Config, key.split(".")
+    for i, part in enumerate(parts):
+        names = {f.name for f in fields(node)}
+        if part not in names:
+            raise SpaceError(f"unknown config key {key!r} in the space")
+        hint = typing.get_type_hints(node)[part]
+        optional = typing.get_origin(hint) is typing.Union and type(None) in typing.get_args(hint)
+        if optional:
+            hint = next(a for a in typing.get_args(hint) if a is not type(None))
+        if is_dataclass(hint):
+            node = hint
+            continue
+        if typing.get_origin(hint) in (dict, typing.Dict) and i == len(parts) - 2:
+            return Any, True
+        if i != len(parts) - 1:
+            raise SpaceError(f"unknown config key {key!r} in the space")
+        return hint, optional
+    raise SpaceError(f"{key} is a section of the config, not a key; name one of its keys")
+
+
+def _flatten(tree: dict, prefix: str = "") -> dict:
+    """Dotted keys down to distributions (mappings with a ``type``) and plain values."""
+    out = {}
+    for k, v in tree.items():
+        full = f"{prefix}.{k}" if prefix else str(k)
+        if isinstance(v, dict) and "type" not in v:
+            out.update(_flatten(v, full))
+        else:
+            out[full] = v
+    return out
+
+
+def _number(key: str, name: str, value: Any, integer: bool) -> None:
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float))
+    if not ok or isinstance(value, bool):
+        raise SpaceError(f"{key}: {name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+
+
+def _check_range(key: str, d: dict) -> None:
+    integer = d["type"] == "int"
+    for name in ("low", "high"):
+        if name not in d:
+            raise SpaceError(f"{key}: a {d['type']} distribution needs low and high")
+        _number(key, name, d[name], integer)
+    if d["low"] > d["high"]:
+        raise SpaceError(f"{key}: low={d['low']} > high={d['high']}; swap them")
+    if not isinstance(d.get("log", False), bool):
+        raise SpaceError(f"{key}: log must be true or false, got {d['log']!r}")
+    if d.get("log") and d["low"] <= 0:
+        raise SpaceError(f"{key}: log=true needs low > 0, got low={d['low']}")
+    if d.get("step") is not None:
+        _number(key, "step", d["step"], integer)
+        if d["step"] <= 0:
+            raise SpaceError(f"{key}: step must be > 0, got {d['step']}")
+        if d.get("log"):
+            raise SpaceError(f"{key}: step and log=true cannot be combined; drop one")
+
+
+def _takes(kind: Any, optional: bool, value: Any) -> bool:
+    """Whether a key of type ``kind`` can hold ``value``."""
+    if value is None:
+        return optional
+    if kind is Any:
+        return isinstance(value, (bool, int, float, str))
+    if kind is bool:
+        return isinstance(value, bool)
+    if isinstance(value, bool):
+        return False
+    if kind is int:
+        return isinstance(value, int)
+    if kind is float:
+        return isinstance(value, (int, float))
+    return kind is str and isinstance(value, str)
+
+
+def _check_distribution(key: str, d: dict) -> dict:
+    kind, optional = key_type(key)
+    if key in UNSEARCHABLE:
+        raise SpaceError(f"{key} is set by wavygraph tune itself and cannot be searched; remove it from the space")
+    dtype = d.get("type")
+    if dtype not in DIST_TYPES:
+        raise SpaceError(f"{key}: type must be one of {', '.join(DIST_TYPES)}, got {dtype!r}")
+    unknown = sorted(set(d) - _DIST_FIELDS[dtype] - {"type"})
+    if unknown:
+        raise SpaceError(f"{key}: a {dtype} distribution takes {', '.join(sorted(_DIST_FIELDS[dtype]))}, "
+                         f"not {', '.join(unknown)}")
+    name = getattr(kind, "__name__", str(kind))
+    a = "an" if name[0] in "aeiou" else "a"
+    if dtype == "categorical":
+        choices = d.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise SpaceError(f"{key}: choices must be a non-empty list, got {choices!r}")
+        for c in choices:
+            if not _takes(kind, optional, c):
+                raise SpaceError(f"{key} is {a} {name} key; the choice {c!r} is not {a} {name}")
+        if len({json.dumps(c) for c in choices}) != len(choices):
+            raise SpaceError(f"{key}: choices {choices} repeat a value")
+        return {"type": dtype, "choices": list(choices)}
+    if kind not in (int, float, Any) or (kind is int and dtype == "float"):
+        fix = "type: int" if kind is int else "type: categorical with choices"
+        raise SpaceError(f"{key} is {a} {name} key and cannot take {'an' if dtype == 'int' else 'a'} {dtype} "
+                         f"distribution; use {fix}")
+    _check_range(key, d)
+    out = {"type": dtype, "low": d["low"], "high": d["high"]}
+    if dtype == "float":
+        out["low"], out["high"] = float(d["low"]), float(d["high"])
+    out.update({k: d[k] for k in ("log", "step") if d.get(k) is not None})
+    return out
+
+
+def _read(path: str) -> dict:
+    if not os.path.isfile(path):
+        raise SpaceError(f"space file not found: {path}")
+    try:
+        with open(path) as fh:
+            raw = yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise SpaceError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(raw, dict) or not raw:
+        raise SpaceError(f"{path}: a space is a mapping of config keys to distributions")
+    return raw
+
+
+def parse_space(path: str) -> Space:
+    """Read and check ``path`` against the config schema (not yet against a base config)."""
+    params, fixed = {}, {}
+    for key, value in _flatten(_read(path)).items():
+        if isinstance(value, dict):
+            params[key] = _check_distribution(key, value)
+        else:
+            key_type(key)
+            if key in UNSEARCHABLE:
+                raise SpaceError(f"{key} is set by wavygraph tune itself; remove it from the space")
+            fixed[key] = value
+    if not params:
+        raise SpaceError(f"{path} has no distribution to search (a mapping with type: float, int or categorical)")
+    return Space(path=os.path.abspath(path), params=params, fixed=fixed)
+
+
+def load_space(path: str, config: str | None, overrides: Sequence[str] = ()) -> Space:
+    """:func:`parse_space`, then every endpoint and choice on the base
+    ``config`` with ``overrides``: a value the config rejects, or a searched
+    key also given as an override, is a :class:`SpaceError`."""
+    space = parse_space(path)
+    given = {item.split("=", 1)[0].strip() for item in overrides}
+    for key in space.params:
+        if key in given:
+            raise SpaceError(f"{key} is searched by the space and also set as {key}=...; drop one of them")
+    base = space.fixed_overrides() + list(overrides)
+    load_config(config, base)
+    for key, d in space.params.items():
+        values = d["choices"] if d["type"] == "categorical" else [d["low"], d["high"]]
+        for value in values:
+            try:
+                load_config(config, base + [override(key, value)])
+            except ConfigError as exc:
+                raise SpaceError(f"space {os.path.basename(path)}, {key}={value!r}: {exc}") from None
+    return space
