@@ -310,38 +310,31 @@ def spectral_gap(q: Tensor, k: Tensor) -> float:
 
 def graph_spectral_gaps(conv: DIFFormerConv, x: Tensor, batch: Tensor | None = None) -> list[float]:
     """Spectral gap of ``conv``'s global attention on input ``x``, one per
-    graph of ``batch`` (graph index order): each graph's own attention
-    matrix, with q and k normalised over that graph's nodes as the layer
-    does, the mean of :func:`spectral_gap` over the heads. NaN for a graph
-    with fewer than 2 nodes and for a layer whose kernel is not ``simple``.
-
-    Shapes:
-        - **input:** x ``(N, channels)``, batch ``(N,)`` (optional)
-        - **output:** ``B`` floats (one without ``batch``)
-    """
-    if batch is None:
-        groups = [None]
-    else:
-        order = torch.argsort(batch, stable=True)
+    graph of ``batch`` (``B`` floats in graph index order, one without
+    ``batch``): each graph's own attention matrix, q and k normalised over
+    that graph's nodes as in the layer, the mean of :func:`spectral_gap` over
+    the heads. NaN for a graph of fewer than 2 nodes and for a layer whose
+    kernel is not ``simple``."""
+    groups = [None]
+    if batch is not None:
         counts = torch.bincount(batch, minlength=int(batch.max()) + 1 if batch.numel() else 0)
-        groups = order.split(counts.tolist())
+        groups = torch.argsort(batch, stable=True).split(counts.tolist())
     if conv.kernel != "simple":
         return [float("nan")] * len(groups)
     q_all, k_all, _ = conv.project(x)  # (N, H, D)
     gaps = []
-    for idx in groups:  # the layer normalises q and k over each graph's own nodes
-        q, k = (q_all, k_all) if idx is None else (q_all[idx], k_all[idx])
-        q, k = normalize_qk(q, k, conv.qk_norm)
+    for idx in groups:
+        q, k = normalize_qk(*((q_all, k_all) if idx is None else (q_all[idx], k_all[idx])), conv.qk_norm)
         gaps.append(sum(spectral_gap(q[:, h], k[:, h]) for h in range(conv.heads)) / conv.heads)
     return gaps
 
 
 def layer_spectral_gap(conv: DIFFormerConv, x: Tensor, batch: Tensor | None = None) -> float:
     """Spectral gap of ``conv``'s global attention on input ``x``: the mean
-    of :func:`spectral_gap` over the heads; on a batch of graphs the mean of
-    :func:`graph_spectral_gaps` over the graphs with at least 2 nodes (the
-    layer never forms one matrix over several graphs). NaN when no graph has
-    2 nodes and for a layer whose kernel is not ``simple``."""
+    over the heads of :func:`spectral_gap`; on a batch the mean of
+    :func:`graph_spectral_gaps` over the graphs of 2 nodes or more (the layer
+    forms no matrix across graphs). NaN where no graph has 2 nodes or the
+    kernel is not ``simple``."""
     gaps = [g for g in graph_spectral_gaps(conv, x, batch) if g == g]  # NaN != NaN
     return sum(gaps) / len(gaps) if gaps else float("nan")
 
@@ -422,8 +415,7 @@ class LayerStream:
 @torch.no_grad()
 def layer_diagnostics(model, data) -> dict[str, list[float]]:
     r"""Every measure, per layer, of a :class:`~wavygraph.nn.WavyDIFFormer`
-    on one graph or a batch of graphs, in eval mode (the model's mode is
-    restored afterwards).
+    on one graph or a batch, in eval mode (its mode restored afterwards).
 
     The measures are taken as the states pass (:class:`LayerStream` as the
     model's ``layer_hook``): the working memory is that of one evaluation
