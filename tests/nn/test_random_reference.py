@@ -41,7 +41,9 @@ def per_graph(fn, batch, *tensors):
 
 
 def grads(out, inputs, weight):
-    return torch.autograd.grad((out * weight).sum(), inputs, allow_unused=True)
+    """Gradients of ``sum(out * weight)``; an input the output does not use gets zeros."""
+    gs = torch.autograd.grad((out * weight).sum(), inputs, allow_unused=True)
+    return [torch.zeros_like(t) if g is None else g for t, g in zip(inputs, gs)]
 
 
 def assert_close(a, b, tol=1e-10):
@@ -102,3 +104,160 @@ def test_all_pair_attention_gradient_shuffled_equal_sizes(kernel):
     assert_close(out, ref, 1e-12)
     for g, gr in zip(grads(out, (q, k, v), w), grads(ref, (q, k, v), w)):
         assert_close(g, gr)
+
+
+# ------------------------------------------------------ random shapes
+CORNER_SIZES = (1, 2, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33)  # bucket edges at 8 / 16 / 32 rows, 1-node graphs
+
+
+def random_case(seed: int, max_graphs: int = 4, max_size: int = 40):
+    """``(batch, sizes)`` of a seeded random batch: 1-``max_graphs`` graphs of
+    1-``max_size`` nodes (every third case a corner size, every fourth case
+    only multiples of 8: no padding row), sorted, reordered or unsorted, and
+    in some cases an unused graph index (an empty graph)."""
+    gen = torch.Generator().manual_seed(seed)
+    num = int(torch.randint(1, max_graphs + 1, (1,), generator=gen))
+    if seed % 4 == 3:
+        sizes = (8 * torch.randint(1, max(2, max_size // 8 + 1), (num,), generator=gen)).tolist()
+    elif seed % 3 == 0:
+        sizes = [CORNER_SIZES[int(i)] for i in torch.randint(0, len(CORNER_SIZES), (num,), generator=gen)]
+    else:
+        sizes = torch.randint(1, max_size + 1, (num,), generator=gen).tolist()
+    if seed % 5 == 4:
+        sizes.insert(int(torch.randint(0, num + 1, (1,), generator=gen)), 0)  # an empty graph index
+    order = ("sorted", "reordered", "unsorted")[seed % 3]
+    return make_batch(sizes, order, gen), gen
+
+
+def random_edges(batch, gen, per_node: float = 1.5):
+    """Random directed edges inside every graph of ``batch``, duplicates
+    possible, no self-loops (the GCN normalisation adds one to every node)."""
+    edges = []
+    for g in batch.unique().tolist():
+        idx = (batch == g).nonzero().flatten()
+        m = int(per_node * idx.numel())
+        if idx.numel() > 1 and m:
+            src = torch.randint(0, idx.numel(), (m,), generator=gen)
+            dst = (src + torch.randint(1, idx.numel(), (m,), generator=gen)) % idx.numel()  # no self-loop
+            edges.append(idx[torch.stack([src, dst])])
+    return torch.cat(edges, 1) if edges else torch.empty(2, 0, dtype=torch.long)
+
+
+def per_graph_edges(edge_index, batch, idx):
+    """The edges of the graph of nodes ``idx``, relabelled to ``0..len(idx)-1``."""
+    local = torch.full((batch.numel(),), -1, dtype=torch.long)
+    local[idx] = torch.arange(idx.numel())
+    keep = local[edge_index[0]] >= 0
+    return local[edge_index[:, keep]]
+
+
+# ------------------------------------------------ dense references
+def dense_attention(q, k, v, kernel: str, qk_norm: str):
+    """One graph's attention, the ``N x N`` matrix written out: q, k ``(N, H, D)``, v ``(N, H, Dv)``."""
+    if qk_norm == "global":
+        q, k = q / q.norm(), k / k.norm()
+    elif qk_norm == "row":
+        q, k = q / q.norm(dim=-1, keepdim=True), k / k.norm(dim=-1, keepdim=True)
+    scores = torch.einsum("ihd,jhd->hij", q, k)
+    w = 1.0 + scores if kernel == "simple" else torch.sigmoid(scores)
+    return torch.einsum("hij,jhe->ihe", w / w.sum(-1, keepdim=True), v.expand(-1, q.shape[1], -1))
+
+
+def dense_gcn(edge_index, n):
+    """``D^-1/2 (A + I) D^-1/2`` as a dense matrix, messages from source to target."""
+    a = torch.eye(n, dtype=DT)
+    for s, t in edge_index.t().tolist():
+        a[t, s] += 1.0
+    d = a.sum(1).rsqrt()
+    return d[:, None] * a * d[None, :]
+
+
+def dense_conv(conv, x, edge_index):
+    """:class:`DIFFormerConv` on one graph from its parameters, through plain ops."""
+    n, h, d = x.shape[0], conv.heads, conv.head_channels
+    qkv = x @ conv.qkv.weight.T + (0 if conv.qkv.bias is None else conv.qkv.bias)
+    q, k = qkv[:, : h * d].view(n, h, d), qkv[:, h * d : 2 * h * d].view(n, h, d)
+    v = qkv[:, 2 * h * d :].view(n, h, d) if conv.value_proj else x.unsqueeze(1)
+    glob = dense_attention(q, k, v, conv.kernel, conv.qk_norm).mean(1)
+    out = glob
+    if conv.use_graph:
+        local = dense_gcn(edge_index, n) @ v.expand(n, h, -1).mean(1)
+        w = conv.graph_weight
+        out = glob + local if w is None else (1 - w) * glob + w * local
+    return out if conv.out is None else conv.out(out)
+
+
+# --------------------------------------------------- attention paths
+def _thresholds(monkeypatch, seed):
+    """Bucket and block thresholds lowered, chosen by ``seed``: buckets of
+    powers of two (as on accelerators) or fine ones, the sigmoid kernel in
+    row blocks of 3 or 8 rows, the folded product in tiles of 4-16 rows."""
+    from wavygraph.nn import buckets, folded, functional
+
+    monkeypatch.setitem(buckets.BUCKETS_PER_OCTAVE, "cpu", (1, 8, 2)[seed % 3])
+    monkeypatch.setattr(functional, "SIGMOID_BUCKETS_PER_OCTAVE", (32, 1, 4)[seed % 3])
+    monkeypatch.setattr(folded, "BLOCK_ROWS", (4, 9, 16, 10**6)[seed % 4])
+    return (3, 8, None)[seed % 3]  # rows per sigmoid block (None: one block)
+
+
+def check_all_pair(seed, monkeypatch):
+    batch, gen = random_case(seed)
+    block_rows = _thresholds(monkeypatch, seed)
+    kernel = ("simple", "sigmoid")[seed % 2]
+    qk_norm = {"simple": ("global", "row"), "sigmoid": ("none", "global", "row")}[kernel][seed % (2 + seed % 2)]
+    n, h, d = batch.numel(), 1 + seed % 3, 1 + seed % 4
+    shared_v = seed % 5 == 1
+    q, k = (torch.randn(n, h, d, dtype=DT, generator=gen, requires_grad=True) for _ in range(2))
+    v = torch.randn(n, 1 if shared_v else h, 3, dtype=DT, generator=gen, requires_grad=True)
+    w = torch.randn(n, h, 3, dtype=DT, generator=gen)
+    per_row = 3 * h * 40 * 8  # bytes of one query row of the largest bucket (see _sigmoid_block)
+    max_bytes = per_row * block_rows if block_rows else 2**28
+    out = all_pair_attention(q, k, v, batch, kernel, qk_norm, max_block_bytes=max_bytes)
+    ref = per_graph(lambda a, b, c: dense_attention(a, b, c, kernel, qk_norm), batch, q, k, v)
+    assert_close(out, ref, 1e-12)
+    for g, gr in zip(grads(out, (q, k, v), w), grads(ref, (q, k, v), w)):
+        assert_close(g, gr)
+
+
+def check_conv(seed, monkeypatch):
+    """DIFFormerConv (folded fast path or projected q/k/v, local branch) against
+    :func:`dense_conv` per graph: output and the gradients of x and every parameter."""
+    batch, gen = random_case(seed)
+    _thresholds(monkeypatch, seed)
+    torch.manual_seed(seed)
+    kernel = ("simple", "sigmoid")[seed % 2]
+    use_graph = seed % 3 != 0
+    conv = DIFFormerConv(5, heads=1 + seed % 4, kernel=kernel, qk_norm=("global", "row")[seed // 2 % 2],
+                         use_graph=use_graph, graph_weight=(None, 0.3, 1.0)[seed % 3] if use_graph else None,
+                         head_channels=(None, 3)[seed // 3 % 2], bias=seed % 7 != 0,
+                         value_proj=seed % 5 != 2).double()
+    x = torch.randn(batch.numel(), 5, dtype=DT, generator=gen, requires_grad=True)
+    ei = random_edges(batch, gen)
+    out = conv(x, ei if use_graph else None, batch)
+    ref = torch.zeros_like(out)
+    for g in batch.unique().tolist():
+        idx = (batch == g).nonzero().flatten()
+        ref = ref.index_copy(0, idx, dense_conv(conv, x[idx], per_graph_edges(ei, batch, idx)))
+    assert_close(out, ref, 1e-12)
+    w = torch.randn(out.shape, dtype=DT, generator=gen)
+    params = [x, *conv.parameters()]
+    for g, gr in zip(grads(out, params, w), grads(ref, params, w)):
+        assert_close(g, gr)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_all_pair_attention_random_batches_equal_dense_per_graph(seed, monkeypatch):
+    check_all_pair(seed, monkeypatch)
+
+
+@pytest.mark.parametrize("seed", range(24))
+def test_conv_random_batches_equal_dense_per_graph(seed, monkeypatch):
+    check_conv(seed, monkeypatch)
+
+
+@pytest.mark.slow
+def test_attention_and_conv_many_random_batches(monkeypatch):
+    for seed in range(24, 400):
+        with monkeypatch.context() as m:
+            check_all_pair(seed, m)
+            check_conv(seed, m)
