@@ -14,6 +14,15 @@ from wavygraph.nn.functional import all_pair_attention
 DT = torch.float64
 
 
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors: one thread (a thread pool on a busy machine only waits)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 # ---------------------------------------------------------------- batches
 def make_batch(sizes, order: str, gen: torch.Generator) -> torch.Tensor:
     """Graph index of every node for graphs of ``sizes``: ``sorted`` (PyG's
@@ -38,6 +47,12 @@ def per_graph(fn, batch, *tensors):
             out = og.new_zeros((batch.numel(),) + og.shape[1:])
         out = out.index_copy(0, idx, og)  # differentiable
     return out
+
+
+def grads_of(loss, inputs):
+    """Gradients of ``loss``, the graph kept; an input it does not use gets zeros."""
+    gs = torch.autograd.grad(loss, inputs, allow_unused=True, retain_graph=True)
+    return [torch.zeros_like(t) if g is None else g for t, g in zip(inputs, gs)]
 
 
 def grads(out, inputs, weight):
@@ -261,3 +276,140 @@ def test_attention_and_conv_many_random_batches(monkeypatch):
         with monkeypatch.context() as m:
             check_all_pair(seed, m)
             check_conv(seed, m)
+
+
+# ------------------------------------------- the steppers' functions
+def plain_ln(s, weight, bias, eps):
+    mean = s.mean(-1, keepdim=True)
+    var = ((s - mean) ** 2).mean(-1, keepdim=True)
+    return (s - mean) / torch.sqrt(var + eps) * weight + bias, torch.rsqrt(var + eps)
+
+
+def check_step_functions(seed, monkeypatch):
+    """The written-out backwards of the light-wave step, its LayerNorm, the
+    joint LayerNorm and the joint light-wave step against autograd through
+    their formulas, in row blocks of 1 to a few rows."""
+    from wavygraph.nn.joint_norm import _JointLayerNormFn
+    from wavygraph.nn.steppers import light_wave
+    from wavygraph.nn.steppers.light_wave_joint import _LightWaveJointLayerNormFn
+
+    gen = torch.Generator().manual_seed(seed)
+    n, c = int(torch.randint(1, 41, (1,), generator=gen)), int(torch.randint(1, 10, (1,), generator=gen))
+    monkeypatch.setattr(light_wave, "BLOCK", (1, 2 * c + 1, 2**18)[seed % 3])
+    x, v, f = (torch.randn(n, c, dtype=DT, generator=gen, requires_grad=True) for _ in range(3))
+    lam, weight, bias = (torch.randn(c, dtype=DT, generator=gen, requires_grad=True) for _ in range(3))
+    tau, eps = float(torch.rand(1, generator=gen)) + 0.1, 1e-5
+    first = seed % 4 == 0  # the first layer: X_prev is x itself
+    vv = x if first else v
+    w1, w2 = torch.randn(n, c, dtype=DT, generator=gen), torch.randn(n, c, dtype=DT, generator=gen)
+    inputs = (x, v, f, lam, weight, bias)
+
+    def compare(out, ref):
+        for a, b in zip(out, ref):
+            assert_close(a, b, 1e-12)
+        # a loss on either output alone (the other's gradient None) and on both
+        for ws in ((w1, None), (None, w2), (w1, w2))[: len(out) + 1 if len(out) == 2 else 1]:
+            loss = lambda outs: sum((o * w).sum() for o, w in zip(outs, ws) if w is not None)  # noqa: E731
+            for g, e in zip(grads_of(loss(out), inputs), grads_of(loss(ref), inputs)):
+                assert_close(g, e)
+
+    step = x + tau * f + lam * (x - vv)
+    compare((light_wave.LightWaveStep.apply(x, vv, f, lam, tau),), (step,))
+    compare((light_wave.LightWaveLayerNorm.apply(x, vv, f, lam, weight, bias, tau, eps),),
+            (plain_ln(step, weight, bias, eps)[0],))
+    ln, rstd = plain_ln(x, weight, bias, eps)
+    compare(_JointLayerNormFn.apply(x, v, weight, bias, eps), (ln, weight * v * rstd))
+    d = tau * f + lam * v
+    ln, rstd = plain_ln(x + d, weight, bias, eps)
+    compare(_LightWaveJointLayerNormFn.apply(x, v, f, lam, weight, bias, tau, eps), (ln, weight * d * rstd))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_step_functions_random_shapes_equal_their_formulas(seed, monkeypatch):
+    check_step_functions(seed, monkeypatch)
+
+
+# ------------------------------------ a batch equals each graph run alone
+def must_show_case(i: int):
+    """Case ``i`` of the batch-vs-alone check: 16 + 8 nodes and ``[0, 1] * 8``
+    first, then seeded random batches of 1-5 graphs of 1-40 nodes (sorted,
+    reordered, unsorted; with and without padding rows; an empty graph index
+    now and then); kernel and heads (1-4) vary with ``i``."""
+    kernel, heads = ("simple", "sigmoid")[(i // 2) % 2], 1 + (i // 4) % 4
+    if i == 0:
+        return torch.tensor([0] * 16 + [1] * 8), torch.Generator().manual_seed(0), kernel, heads
+    if i == 1:
+        return torch.tensor([0, 1] * 8), torch.Generator().manual_seed(1), kernel, heads
+    batch, gen = random_case(1000 + i, max_graphs=5)
+    return batch, gen, kernel, heads
+
+
+def alone(module, x, ei, batch, **kw):
+    """``module`` on every graph of ``batch`` alone (no ``batch``), rows scattered back."""
+    out = None
+    for g in batch.unique().tolist():
+        idx = (batch == g).nonzero().flatten()
+        og = module(x[idx], None if ei is None else per_graph_edges(ei, batch, idx), **kw)
+        out = og.new_zeros((batch.numel(),) + og.shape[1:]) if out is None else out
+        out = out.index_copy(0, idx, og)
+    return out
+
+
+def check_batch_equals_alone(module, x, ei, batch, gen):
+    out = module(x, ei, batch)
+    ref = alone(module, x, ei, batch)
+    assert_close(out, ref, 1e-12)
+    w = torch.randn(out.shape, dtype=DT, generator=gen)
+    params = [x, *module.parameters()]
+    for g, gr in zip(grads(out, params, w), grads(ref, params, w)):
+        assert_close(g, gr)
+
+
+def check_conv_alone(i):
+    batch, gen, kernel, heads = must_show_case(i)
+    torch.manual_seed(i)
+    use_graph = i % 3 == 2
+    conv = DIFFormerConv(8, heads=heads, kernel=kernel, use_graph=use_graph, value_proj=i % 5 != 3).double()
+    x = torch.randn(batch.numel(), 8, dtype=DT, generator=gen, requires_grad=True)
+    check_batch_equals_alone(conv, x, random_edges(batch, gen) if use_graph else None, batch, gen)
+
+
+def check_model_alone(i):
+    """WavyDIFFormer on a batch against each graph alone: every residual kind,
+    dropout 0 (the masks would differ between the runs); in training mode
+    half the time, so the checkpointed and reversible stacks run too. The
+    graph-level operations (PairNorm, the pre-norm kinds' centring,
+    FeatScale) act per graph of ``batch``."""
+    from wavygraph.nn import WavyDIFFormer
+    from wavygraph.nn.steppers import STEPPERS
+
+    batch, gen, kernel, heads = must_show_case(i)
+    kinds = list(STEPPERS)
+    kind = kinds[i % len(kinds)]
+    train, memory = i % 2 == 0, (i // 2) % 3  # memory: 0 plain, 1 checkpointed, 2 reversible where invertible
+    torch.manual_seed(i)
+    model = WavyDIFFormer(
+        5, 8, 3, num_layers=2 + i % 2, residual=kind, heads=heads, kernel=kernel, use_graph=i % 3 != 1,
+        norm=("layer", "pair")[(i // 3) % 2], dropout=0.0, ffn=i % 4 == 1, featscale=i % 5 == 2,
+        shared_attention=i % 2 == 1, gradient_checkpointing=memory == 1,
+        reversible=memory == 2 and STEPPERS[kind].invertible, source=i % 3 != 2,
+    ).double().train(train)
+    with torch.no_grad():  # off the identity / zero initialisations
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn(p.shape, dtype=DT, generator=gen))
+    x = torch.randn(batch.numel(), 5, dtype=DT, generator=gen, requires_grad=True)
+    check_batch_equals_alone(model, x, random_edges(batch, gen) if model.use_graph else None, batch, gen)
+
+
+@pytest.mark.parametrize("i", range(12))
+def test_batch_equals_each_graph_alone(i):
+    """A bounded set by default; the 200 batches of the full check are slow-marked below."""
+    check_conv_alone(i)
+    check_model_alone(i)
+
+
+@pytest.mark.slow
+def test_batch_equals_each_graph_alone_200_batches():
+    for i in range(200):
+        check_conv_alone(i)
+        check_model_alone(i)
