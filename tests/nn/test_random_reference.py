@@ -4,6 +4,8 @@ autograd through plain torch ops, float64, over seeded random shapes with the
 corners (equal / unequal / unsorted / reordered graph sizes, with and without
 padding rows, 1-node graphs, sizes at the block and bucket thresholds, the
 thresholds lowered through monkeypatch)."""
+import random
+
 import pytest
 import torch
 
@@ -386,15 +388,17 @@ def check_model_alone(i):
     from wavygraph.nn.steppers import STEPPERS
 
     batch, gen, kernel, heads = must_show_case(i)
-    kinds = list(STEPPERS)
-    kind = kinds[i % len(kinds)]
-    train, memory = i % 2 == 0, (i // 2) % 3  # memory: 0 plain, 1 checkpointed, 2 reversible where invertible
+    kind = list(STEPPERS)[i % len(STEPPERS)]
+    memory = (i // len(STEPPERS)) % 3  # 0 plain, 1 checkpointed, 2 reversible (checkpointed if not invertible)
+    train = memory > 0 or (i // (3 * len(STEPPERS))) % 2 == 0  # the memory modes run in training only
+    pick = random.Random(i).random
     torch.manual_seed(i)
     model = WavyDIFFormer(
-        5, 8, 3, num_layers=2 + i % 2, residual=kind, heads=heads, kernel=kernel, use_graph=i % 3 != 1,
-        norm=("layer", "pair")[(i // 3) % 2], dropout=0.0, ffn=i % 4 == 1, featscale=i % 5 == 2,
-        shared_attention=i % 2 == 1, gradient_checkpointing=memory == 1,
-        reversible=memory == 2 and STEPPERS[kind].invertible, source=i % 3 != 2,
+        5, 8, 3, num_layers=2 + (pick() < 0.5), residual=kind, heads=heads, kernel=kernel, use_graph=pick() < 0.7,
+        norm="pair" if pick() < 0.4 else "layer", dropout=0.0, ffn=pick() < 0.3, featscale=pick() < 0.3,
+        shared_attention=pick() < 0.5, source=pick() < 0.7,
+        reversible=memory == 2 and STEPPERS[kind].invertible,
+        gradient_checkpointing=memory == 1 or (memory == 2 and not STEPPERS[kind].invertible),
     ).double().train(train)
     with torch.no_grad():  # off the identity / zero initialisations
         for p in model.parameters():
@@ -403,7 +407,7 @@ def check_model_alone(i):
     check_batch_equals_alone(model, x, random_edges(batch, gen) if model.use_graph else None, batch, gen)
 
 
-@pytest.mark.parametrize("i", range(12))
+@pytest.mark.parametrize("i", range(18))  # every kind plain, checkpointed, reversible (or checkpointed)
 def test_batch_equals_each_graph_alone(i):
     """A bounded set by default; the 200 batches of the full check are slow-marked below."""
     check_conv_alone(i)
@@ -415,3 +419,30 @@ def test_batch_equals_each_graph_alone_200_batches():
     for i in range(200):
         check_conv_alone(i)
         check_model_alone(i)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["light_wave", "wave"])
+def test_compiled_step_on_a_batch_equals_each_graph_alone_eager(kind):
+    """``step_impl="compile"`` (the compiled step and joint norm) on a random
+    batch against the eager model on each graph alone."""
+    from wavygraph.nn import WavyDIFFormer
+
+    batch, gen = random_case(7, max_graphs=4)
+    torch.manual_seed(7)
+    from wavygraph.nn.steppers import compiled
+
+    compiled._compiled.clear()
+    model = WavyDIFFormer(5, 8, 3, num_layers=2, residual=kind, dropout=0.0, source=False,  # the fused step
+                          step_impl="compile").double()
+    x = torch.randn(batch.numel(), 5, dtype=DT, generator=gen, requires_grad=True)
+    ei = random_edges(batch, gen)
+    out = model(x, ei, batch)
+    w = torch.randn(out.shape, dtype=DT, generator=gen)
+    got = grads(out, [x, *model.parameters()], w)
+    assert compiled._compiled  # the compiled step ran
+    model.step_impl = "eager"
+    ref = alone(model, x, ei, batch)
+    assert_close(out, ref, 1e-12)
+    for g, gr in zip(got, grads(ref, [x, *model.parameters()], w)):
+        assert_close(g, gr)
