@@ -208,12 +208,14 @@ def dense_conv(conv, x, edge_index):
 def _thresholds(monkeypatch, seed):
     """Bucket and block thresholds lowered, chosen by ``seed``: buckets of
     powers of two (as on accelerators) or fine ones, the sigmoid kernel in
-    row blocks of 3 or 8 rows, the folded product in tiles of 4-16 rows."""
+    row blocks of 3 or 8 rows, the folded product in tiles of 4-16 rows, its
+    rows rescaled before the Gram matrix or not."""
     from wavygraph.nn import buckets, folded, functional
 
     monkeypatch.setitem(buckets.BUCKETS_PER_OCTAVE, "cpu", (1, 8, 2)[seed % 3])
     monkeypatch.setattr(functional, "SIGMOID_BUCKETS_PER_OCTAVE", (32, 1, 4)[seed % 3])
     monkeypatch.setattr(folded, "BLOCK_ROWS", (4, 9, 16, 10**6)[seed % 4])
+    monkeypatch.setattr(folded, "SAFE_RANGE", (2.0**40, 1.0)[seed // 2 % 2])  # 1.0: rows always rescaled, as on GPUs
     return (3, 8, None)[seed % 3]  # rows per sigmoid block (None: one block)
 
 

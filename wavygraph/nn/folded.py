@@ -33,6 +33,11 @@ from .buckets import Buckets
 BLOCK_ROWS = 8192
 
 
+#: Largest moduli of a graph's rows between ``1 / SAFE_RANGE`` and
+#: ``SAFE_RANGE`` form its Gram matrix in float32 without rescaling (on CPU).
+SAFE_RANGE = 2.0**40
+
+
 def _block_rows(x: Tensor) -> int:
     return BLOCK_ROWS if x.device.type == "cpu" else max(x.shape[0], 1)
 
@@ -217,7 +222,7 @@ def folded_simple_attention(
     with torch.autocast(device_type=x.device.type, enabled=False):
         x = x.to(dtype)
         lay = Buckets.whole(x.shape[0], x.device) if batch is None else Buckets(batch)
-        up, scale = _rescaled(lay.pad(x), lay)  # x / s per graph, s (B,) in float64
+        up, exp = _rescaled(lay.pad(x), lay)  # x / s per graph, s = 2^exp (B,)
         gram, colsum = _Gram.apply(up, lay)  # (B, C, C), (B, C) of x / s
         # The small algebra runs in float64 (float32 on MPS, which has no
         # float64): it is O(C^2 H D) work, the norms and K~^T V combine Gram
@@ -225,7 +230,7 @@ def folded_simple_attention(
         # that of x / s) over- or underflows float32 where x's entries pass
         # ~1e19 or fall under ~1e-19.
         small = torch.float32 if x.device.type == "mps" else torch.float64
-        s = scale.to(small)
+        s = torch.exp2(exp.to(small))  # (B,)
         b = weight.new_zeros(weight.shape[0]) if bias is None else bias
         w = torch.cat([weight, b.unsqueeze(1)], dim=1).to(small)  # (rows, C+1)
         if not value_proj:  # v = x: the identity on x^ = [x, 1] for every head
@@ -240,13 +245,13 @@ def folded_simple_attention(
 
 
 def _rescaled(xp: Tensor, lay: Buckets) -> tuple[Tensor, Tensor]:
-    """The padded rows divided by a power of two ``s`` per graph (slot
-    order), about their largest modulus, so the Gram matrix of the quotient
-    neither over- nor underflows; ``s`` ``(B,)`` in float64, constant for
-    autograd (the result is exact for any ``s``). Division by a power of two
+    """The padded rows divided by a power of two ``s = 2^exp`` per graph
+    (slot order), about their largest modulus, so the Gram matrix of the
+    quotient neither over- nor underflows; the exponents ``(B,)`` (integers)
+    are constant for autograd (the result is exact for any ``s``). Division by a power of two
     is exact: results for inputs of ordinary size are unchanged. On CPU,
-    where the check costs no device sync, rows whose moduli lie between
-    2^-40 and 2^40 are returned as they are (``s = 1``)."""
+    where the check costs no device sync, rows whose moduli lie within
+    :data:`SAFE_RANGE` are returned as they are (``s = 1``)."""
     bound = int(math.log2(torch.finfo(xp.dtype).max)) - 1  # 2^-bound .. 2^bound are normal numbers
     with torch.no_grad():
         if lay.dest is None:
@@ -254,12 +259,12 @@ def _rescaled(xp: Tensor, lay: Buckets) -> tuple[Tensor, Tensor]:
         else:
             amax = torch.cat([xk.abs().amax((1, 2)) if xk.shape[1] else xk.new_ones(g1 - g0)
                               for g0, g1, xk in lay.views(xp)])  # (B,) slot order; empty graphs: 1
-        if xp.device.type == "cpu" and bool(((amax >= 2.0**-40) & (amax <= 2.0**40)).all()):
-            return xp, torch.ones_like(amax, dtype=torch.float64)  # the Gram matrix is safe: no copy
+        if xp.device.type == "cpu" and bool(((amax >= 1 / SAFE_RANGE) & (amax <= SAFE_RANGE)).all()):
+            return xp, torch.zeros_like(amax, dtype=torch.int32)  # the Gram matrix is safe: no copy
         amax = torch.where(torch.isfinite(amax) & (amax > 0), amax, torch.ones_like(amax))
         exp = torch.frexp(amax).exponent.clamp(-bound, bound)  # |x| / 2^exp < 1
         inv = torch.exp2(-exp.to(xp.dtype))  # (B,) exact powers of two
         if lay.dest is not None:
             inv = inv.repeat_interleave(lay.rows_per_slot, output_size=lay.num_rows)
-    return xp * inv.unsqueeze(-1), torch.exp2(exp.to(torch.float64))
+    return xp * inv.unsqueeze(-1), exp
 
