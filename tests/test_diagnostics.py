@@ -345,3 +345,60 @@ def test_dirichlet_form_is_reused_and_checks_the_node_count():
     with pytest.raises(ValueError, match="19 rows for a graph of 20 nodes"):
         form(torch.randn(19, 3))
     assert DirichletForm(torch.empty(2, 0, dtype=torch.long), 5)(torch.randn(5, 3)) == 0.0
+
+
+def dense_graph_gaps(conv, x, batch):
+    """Every graph's own dense attention matrix (q, k normalised over that graph), its gap per head, averaged."""
+    out = []
+    for g in range(int(batch.max()) + 1):
+        idx = (batch == g).nonzero().flatten()
+        if idx.numel() < 2:
+            out.append(float("nan"))
+            continue
+        q, k = attention_qk(conv, x[idx])
+        out.append(sum(ref_gap(simple_attention_matrix(q[:, h], k[:, h])) for h in range(conv.heads)) / conv.heads)
+    return out
+
+
+@pytest.mark.parametrize("sizes,shuffle", [((5, 7), False), ((5, 7), True), ((9, 1, 4, 12), True)])
+def test_spectral_gap_on_a_batch_is_per_graph(sizes, shuffle):
+    from wavygraph.diagnostics import graph_spectral_gaps
+
+    torch.manual_seed(12)
+    conv = DIFFormerConv(4, heads=2, use_graph=False).double()
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    if shuffle:
+        batch = batch[torch.randperm(batch.numel())]
+    x = torch.randn(batch.numel(), 4, dtype=torch.float64)
+    ref = dense_graph_gaps(conv, x, batch)
+    got = graph_spectral_gaps(conv, x, batch)
+    assert got == pytest.approx(ref, abs=1e-8, nan_ok=True)
+    real = [g for g in ref if not math.isnan(g)]
+    assert layer_spectral_gap(conv, x, batch) == pytest.approx(sum(real) / len(real), abs=1e-8)
+    # the matrix over all nodes of the batch (never formed by the layer) has another gap
+    assert abs(layer_spectral_gap(conv, x) - layer_spectral_gap(conv, x, batch)) > 1e-4
+
+
+def test_layer_stream_on_a_batch_reports_the_mean_of_the_graphs_gaps():
+    from torch_geometric.data import Batch
+
+    torch.manual_seed(13)
+    edges = lambda n: ring_graph(n) if n > 2 else torch.empty(2, 0, dtype=torch.long)  # noqa: E731
+    graphs = [Data(x=torch.randn(n, 5), edge_index=edges(n), y=torch.arange(n) % 2) for n in (5, 7, 1, 6)]
+    data = Batch.from_data_list(graphs)
+    model = WavyDIFFormer(5, 8, 2, num_layers=3, residual="light_wave", heads=2).double()
+    data.x = data.x.double()
+    out = layer_diagnostics(model, data)
+    seen = []  # what every conv receives in the forward, with its batch
+    handles = [conv.register_forward_pre_hook(lambda mod, args: seen.append((args[0].detach(), args[2])))
+               for conv in dict.fromkeys(model.convs)]
+    model.eval()
+    model(data.x, data.edge_index, data.batch)
+    for handle in handles:
+        handle.remove()
+    assert len(out["spectral_gap"]) == 3 == len(seen)
+    for layer, (h, batch) in enumerate(seen):
+        assert batch is data.batch
+        ref = [g for g in dense_graph_gaps(model.convs[layer], h, data.batch) if not math.isnan(g)]
+        assert len(ref) == 3  # the 1-node graph has no second eigenvalue
+        assert out["spectral_gap"][layer] == pytest.approx(sum(ref) / len(ref), abs=1e-8)

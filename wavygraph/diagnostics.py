@@ -308,14 +308,35 @@ def spectral_gap(q: Tensor, k: Tensor) -> float:
     return 1.0 - second
 
 
-def layer_spectral_gap(conv: DIFFormerConv, x: Tensor) -> float:
-    """Spectral gap of ``conv``'s global attention on input ``x`` (one
-    graph), the mean of :func:`spectral_gap` over the heads. NaN for a
-    layer whose kernel is not ``simple``."""
+def graph_spectral_gaps(conv: DIFFormerConv, x: Tensor, batch: Tensor | None = None) -> list[float]:
+    """Spectral gap of ``conv``'s global attention on input ``x``, one per
+    graph of ``batch`` (``B`` floats in graph index order, one without
+    ``batch``): each graph's own attention matrix, q and k normalised over
+    that graph's nodes as in the layer, the mean of :func:`spectral_gap` over
+    the heads. NaN for a graph of fewer than 2 nodes and for a layer whose
+    kernel is not ``simple``."""
+    groups = [None]
+    if batch is not None:
+        counts = torch.bincount(batch, minlength=int(batch.max()) + 1 if batch.numel() else 0)
+        groups = torch.argsort(batch, stable=True).split(counts.tolist())
     if conv.kernel != "simple":
-        return float("nan")
-    q, k = attention_qk(conv, x)  # (N, H, D)
-    return sum(spectral_gap(q[:, h], k[:, h]) for h in range(conv.heads)) / conv.heads
+        return [float("nan")] * len(groups)
+    q_all, k_all, _ = conv.project(x)  # (N, H, D)
+    gaps = []
+    for idx in groups:
+        q, k = normalize_qk(*((q_all, k_all) if idx is None else (q_all[idx], k_all[idx])), conv.qk_norm)
+        gaps.append(sum(spectral_gap(q[:, h], k[:, h]) for h in range(conv.heads)) / conv.heads)
+    return gaps
+
+
+def layer_spectral_gap(conv: DIFFormerConv, x: Tensor, batch: Tensor | None = None) -> float:
+    """Spectral gap of ``conv``'s global attention on input ``x``: the mean
+    over the heads of :func:`spectral_gap`; on a batch the mean of
+    :func:`graph_spectral_gaps` over the graphs of 2 nodes or more (the layer
+    forms no matrix across graphs). NaN where no graph has 2 nodes or the
+    kernel is not ``simple``."""
+    gaps = [g for g in graph_spectral_gaps(conv, x, batch) if g == g]  # NaN != NaN
+    return sum(gaps) / len(gaps) if gaps else float("nan")
 
 
 def _class_labels(y: Tensor | None) -> Tensor | None:
@@ -336,7 +357,9 @@ class LayerStream:
     every state measure. Inside :meth:`watch`, every call of an attention
     layer of ``model`` appends the spectral gap of that layer on the input it
     really receives (the state, or its norm for a pre-norm kind such as
-    ``leapfrog``). No state is kept: the memory is that of the forward pass
+    ``leapfrog``). On a batch of graphs (the layer's ``batch``) that gap is
+    the mean of the graphs' own gaps (:func:`layer_spectral_gap`), while the
+    state measures run over all nodes of the batch. No state is kept: the memory is that of the forward pass
     and the blocks of the measures.
 
     Args:
@@ -372,14 +395,16 @@ class LayerStream:
         v["cosine_similarity"].append(cosine_similarity(h))
 
     @torch.no_grad()
-    def _attention_hook(self, conv: DIFFormerConv, args: tuple) -> None:
-        self.values["spectral_gap"].append(layer_spectral_gap(conv, args[0].detach()))
+    def _attention_hook(self, conv: DIFFormerConv, args: tuple, kwargs: dict | None = None) -> None:
+        batch = args[2] if len(args) > 2 else (kwargs or {}).get("batch")
+        self.values["spectral_gap"].append(layer_spectral_gap(conv, args[0].detach(), batch))
 
     @contextmanager
     def watch(self):
         """Measure the spectral gap of every attention call of the model
         while inside (forward pre-hooks on its distinct ``convs``)."""
-        handles = [conv.register_forward_pre_hook(self._attention_hook) for conv in dict.fromkeys(self.model.convs)]
+        handles = [conv.register_forward_pre_hook(self._attention_hook, with_kwargs=True)
+                   for conv in dict.fromkeys(self.model.convs)]
         try:
             yield self
         finally:
@@ -390,7 +415,7 @@ class LayerStream:
 @torch.no_grad()
 def layer_diagnostics(model, data) -> dict[str, list[float]]:
     r"""Every measure, per layer, of a :class:`~wavygraph.nn.WavyDIFFormer`
-    on one graph, in eval mode (the model's mode is restored afterwards).
+    on one graph or a batch, in eval mode (its mode restored afterwards).
 
     The measures are taken as the states pass (:class:`LayerStream` as the
     model's ``layer_hook``): the working memory is that of one evaluation
@@ -401,7 +426,9 @@ def layer_diagnostics(model, data) -> dict[str, list[float]]:
         data (torch_geometric.data.Data): ``x``, ``edge_index`` and ``y``, on
             the model's device. ``y`` of shape ``(N,)`` (or ``(N, 1)``) of
             classes gives ``inter_class_variance``; multi-label ``(N, T)``
-            targets leave it out.
+            targets leave it out. A ``batch`` vector (a PyG ``Batch``) is
+            passed to the model; the spectral gap is then the mean of the
+            graphs' own gaps (:func:`layer_spectral_gap`).
 
     Returns:
         dict[str, list[float]]: ``dirichlet_energy``, ``feature_variance``,
@@ -417,7 +444,7 @@ def layer_diagnostics(model, data) -> dict[str, list[float]]:
     stream = LayerStream(model, data.edge_index, getattr(data, "y", None))
     try:
         with stream.watch():
-            model(data.x, data.edge_index, layer_hook=stream)
+            model(data.x, data.edge_index, getattr(data, "batch", None), layer_hook=stream)
     finally:
         model.train(was_training)
     return stream.values

@@ -95,3 +95,42 @@ def test_check_inputs_runs_every_check():
     bad[0, 0] = float("nan")
     _raises(r"NaN/Inf", v.check_inputs, bad, 2)
     assert v.check_inputs(bad, 2, finite=False) == 3
+
+
+def test_dtype_and_device_of_x_against_the_model_and_the_layer():
+    from wavygraph.nn import DIFFormerConv, WavyDIFFormer
+
+    model = WavyDIFFormer(4, 8, 2, num_layers=2)
+    conv = DIFFormerConv(4, use_graph=False)
+    ei = torch.tensor([[0, 1], [1, 2]])
+    x64 = torch.randn(3, 4, dtype=torch.float64)
+    _raises(r"x has dtype torch.float64 but the model's parameters are torch.float32; convert it with "
+            r"x.to\(torch.float32\) \(or the model with model.to\(torch.float64\)\)", model, x64, ei)
+    _raises(r"x has dtype torch.float64 .*x.to\(torch.float32\)", conv, x64)
+    _raises(r"x has dtype torch.bfloat16", model, x64.bfloat16(), ei)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast casts on its own
+        assert model(x64.float(), ei).shape == (3, 2) and conv(x64.float().bfloat16()).shape == (3, 4)
+    _raises(r"x is on meta but the model's parameters are on cpu; move it with x.to\('cpu'\)",
+            model, torch.empty(3, 4, device="meta"), ei)
+    _raises(r"edge_index is on meta but x is on cpu; move it with edge_index.to\('cpu'\)",
+            model, x64.float(), ei.to("meta"))
+    _raises(r"batch is on meta but x is on cpu", conv, x64.float(), None, torch.zeros(3, dtype=torch.long, device="meta"))
+    assert model.double()(x64, ei).dtype == torch.float64
+
+
+def test_edges_across_graphs_of_the_batch(monkeypatch):
+    from wavygraph.nn import DIFFormerConv, WavyDIFFormer
+
+    batch = torch.tensor([0, 0, 1, 1, 1, 2])
+    inside = torch.tensor([[0, 1, 2, 3, 4], [1, 0, 3, 4, 2]])
+    v.check_inputs(torch.randn(6, 2), 2, inside, batch)
+    v.check_inputs(torch.randn(6, 2), 2, torch.empty(2, 0, dtype=torch.long), batch)
+    across = torch.tensor([[0, 1, 4, 5], [1, 0, 5, 1]])
+    msg = r"edge_index joins nodes of different graphs of batch \(2 edges, the first 4 -> 5 between graphs 1 and 2\); " \
+          r"relabel each graph's edges by its node offset"
+    _raises(msg, v.check_inputs, torch.randn(6, 2), 2, across, batch)
+    _raises(msg, WavyDIFFormer(2, 4, 2, num_layers=1), torch.randn(6, 2), across, batch)
+    _raises(msg, DIFFormerConv(2), torch.randn(6, 2), across, batch)
+    v.check_inputs(torch.randn(6, 2), 2, gcn_adjacency(across, 6), batch)  # a sparse matrix is taken as given
+    monkeypatch.setattr(v, "CHECK_GRAPHS", False)
+    v.check_inputs(torch.randn(6, 2), 2, across, batch)

@@ -19,7 +19,6 @@ from typing import Iterator
 
 import torch
 from torch import Tensor
-from torch.autograd.function import once_differentiable
 
 #: Bucket sizes per doubling of the graph size, by device type; other devices
 #: take :data:`DEFAULT_BUCKETS_PER_OCTAVE`. On CPU fine buckets (little
@@ -160,21 +159,25 @@ class Buckets:
 
 
 class _Pad(torch.autograd.Function):
-    """Row scatter into a zero buffer (``num_rows`` given) or row gather
-    (``num_rows`` None); each one's backward is the other."""
+    """Row scatter into a zero buffer of ``num_rows`` rows (``num_rows`` given:
+    pad) or row gather (``num_rows`` None: unpad); each one's backward is the
+    other, applied through this function again (so it is differentiable
+    twice). The mode comes from ``num_rows`` alone, never from the shapes:
+    without padding rows a pad and a gather have the same shapes but are
+    different permutations."""
 
     @staticmethod
     def forward(ctx, x: Tensor, dest: Tensor, num_rows: int | None) -> Tensor:
         ctx.save_for_backward(dest)
-        ctx.num_rows = x.shape[0]
+        ctx.gather = num_rows is None
+        ctx.in_rows = x.shape[0]
         if num_rows is None:
             return x.index_select(0, dest)
         return x.new_zeros((num_rows, x.shape[1])).index_copy_(0, dest, x)
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, g: Tensor):
         (dest,) = ctx.saved_tensors
-        if g.shape[0] == dest.shape[0]:  # backward of the gather: scatter
-            return g.new_zeros((ctx.num_rows, g.shape[1])).index_copy_(0, dest, g), None, None
-        return g.index_select(0, dest), None, None
+        if ctx.gather:  # backward of the gather: scatter into the input's rows
+            return _Pad.apply(g, dest, ctx.in_rows), None, None
+        return _Pad.apply(g, dest, None), None, None  # backward of the scatter: gather

@@ -128,7 +128,7 @@ class DIFFormerConv(nn.Module):
         return F.linear(x, wv, bv)
 
     def forward(self, x: Tensor, edge_index: Tensor | None = None, batch: Tensor | None = None) -> Tensor:
-        n = check_inputs(x, self.channels, edge_index, batch, self.use_graph, finite=False)
+        n = check_inputs(x, self.channels, edge_index, batch, self.use_graph, finite=False, like=self.qkv.weight)
         w = self.graph_weight
         if not self.use_graph:
             out = self._global(x, batch, n)

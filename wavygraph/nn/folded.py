@@ -20,6 +20,8 @@ head-averaged (tested in float64).
 """
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
@@ -29,6 +31,11 @@ from .buckets import Buckets
 #: Rows per block of the output product on CPU, so each block is divided
 #: while it is in cache; on accelerators a whole bucket is one block.
 BLOCK_ROWS = 8192
+
+
+#: Largest moduli of a graph's rows between ``1 / SAFE_RANGE`` and
+#: ``SAFE_RANGE`` form its Gram matrix in float32 without rescaling (on CPU).
+SAFE_RANGE = 2.0**40
 
 
 def _block_rows(x: Tensor) -> int:
@@ -162,7 +169,10 @@ def _fold(
     # ||Q||_F^2 = <G^, W^q^T W^q> over all heads, ||K||_F^2 alike
     qq = (g_hat * (wq.T @ wq)).sum((-2, -1))
     kk = (g_hat * (wk.T @ wk)).sum((-2, -1))
-    nqk = qq.clamp_min(0).sqrt().clamp_min(tiny) * kk.clamp_min(0).sqrt().clamp_min(tiny)  # (B,)
+    # floored before the square root too: the root's gradient at 0 (an empty
+    # graph, an all-zero q) is infinite, and times the clamp's 0 it is NaN
+    low = max(tiny * tiny, torch.finfo(qq.dtype).tiny)
+    nqk = qq.clamp_min(low).sqrt().clamp_min(tiny) * kk.clamp_min(low).sqrt().clamp_min(tiny)  # (B,)
     # Per head h, with A_h = W^q_h^T W^k_h and R_h = [G^ W^v_h^T, s^] (C+1, Dv+1):
     # [numerator, denominator] of x^ = x^ A_h R_h / nqk, plus R_h's last row
     # [sum v, N] on x^'s constant 1.
@@ -212,17 +222,49 @@ def folded_simple_attention(
     with torch.autocast(device_type=x.device.type, enabled=False):
         x = x.to(dtype)
         lay = Buckets.whole(x.shape[0], x.device) if batch is None else Buckets(batch)
-        xp = lay.pad(x)
-        gram, colsum = _Gram.apply(xp, lay)  # (B, C, C), (B, C)
-        # The small algebra runs in float64 on CPU: it is O(C^2 H D) work and
-        # the norms and K~^T V combine Gram entries that can cancel.
-        small = torch.float64 if x.device.type == "cpu" else dtype
+        up, exp = _rescaled(lay.pad(x), lay)  # x / s per graph, s = 2^exp (B,)
+        gram, colsum = _Gram.apply(up, lay)  # (B, C, C), (B, C) of x / s
+        # The small algebra runs in float64 (float32 on MPS, which has no
+        # float64): it is O(C^2 H D) work, the norms and K~^T V combine Gram
+        # entries that can cancel, and the Gram matrix of x itself (s^2 times
+        # that of x / s) over- or underflows float32 where x's entries pass
+        # ~1e19 or fall under ~1e-19.
+        small = torch.float32 if x.device.type == "mps" else torch.float64
+        s = torch.exp2(exp.to(small))  # (B,)
         b = weight.new_zeros(weight.shape[0]) if bias is None else bias
         w = torch.cat([weight, b.unsqueeze(1)], dim=1).to(small)  # (rows, C+1)
         if not value_proj:  # v = x: the identity on x^ = [x, 1] for every head
             w = torch.cat([w, torch.eye(c_in, c_in + 1, dtype=small, device=x.device).repeat(heads, 1)])
         dv = weight.shape[0] // (3 * heads) if value_proj else c_in
         counts = lay.counts.to(small)
-        m, c = _fold(gram.to(small), colsum.to(small), counts, w, heads, dv, torch.finfo(dtype).tiny)
+        g_x = gram.to(small) * s.square().view(-1, 1, 1)  # the statistics of x itself
+        m, c = _fold(g_x, colsum.to(small) * s.unsqueeze(-1), counts, w, heads, dv, torch.finfo(dtype).tiny)
+        m = m * s.view(-1, 1, 1)  # x M == (x / s) (s M): the product runs on x / s
         floor = counts.to(dtype) * torch.finfo(dtype).eps  # weights 1 + q~.k~ >= 0: see all_pair_attention
-        return lay.unpad(_AffineRatioMean.apply(xp, m.to(dtype), c.to(dtype), floor, heads, lay))
+        return lay.unpad(_AffineRatioMean.apply(up, m.to(dtype), c.to(dtype), floor, heads, lay))
+
+
+def _rescaled(xp: Tensor, lay: Buckets) -> tuple[Tensor, Tensor]:
+    """The padded rows divided by a power of two ``s = 2^exp`` per graph
+    (slot order), about their largest modulus, so the Gram matrix of the
+    quotient neither over- nor underflows; the exponents ``(B,)`` (integers)
+    are constant for autograd (the result is exact for any ``s``). Division by a power of two
+    is exact: results for inputs of ordinary size are unchanged. On CPU,
+    where the check costs no device sync, rows whose moduli lie within
+    :data:`SAFE_RANGE` are returned as they are (``s = 1``)."""
+    bound = int(math.log2(torch.finfo(xp.dtype).max)) - 1  # 2^-bound .. 2^bound are normal numbers
+    with torch.no_grad():
+        if lay.dest is None:
+            amax = xp.abs().amax().view(1)
+        else:
+            amax = torch.cat([xk.abs().amax((1, 2)) if xk.shape[1] else xk.new_ones(g1 - g0)
+                              for g0, g1, xk in lay.views(xp)])  # (B,) slot order; empty graphs: 1
+        if xp.device.type == "cpu" and bool(((amax >= 1 / SAFE_RANGE) & (amax <= SAFE_RANGE)).all()):
+            return xp, torch.zeros_like(amax, dtype=torch.int32)  # the Gram matrix is safe: no copy
+        amax = torch.where(torch.isfinite(amax) & (amax > 0), amax, torch.ones_like(amax))
+        exp = torch.frexp(amax).exponent.clamp(-bound, bound)  # |x| / 2^exp < 1
+        inv = torch.exp2(-exp.to(xp.dtype))  # (B,) exact powers of two
+        if lay.dest is not None:
+            inv = inv.repeat_interleave(lay.rows_per_slot, output_size=lay.num_rows)
+    return xp * inv.unsqueeze(-1), exp
+

@@ -365,7 +365,7 @@ class WavyDIFFormer(nn.Module):
 
     def _embed(self, x: Tensor, edge_index: Tensor | None, batch: Tensor | None) -> tuple[Tensor, LayerInputs]:
         """The input embedding ``X_0 (N, C)`` and what every layer reads."""
-        n = check_inputs(x, self.in_channels, edge_index, batch, self.use_graph)  # x, edges (if needed), batch
+        n = check_inputs(x, self.in_channels, edge_index, batch, self.use_graph, like=self.input.weight)
         adj = None
         if self.use_graph:
             adj = as_adjacency(edge_index, n, x.dtype)

@@ -22,7 +22,14 @@ What is accepted, and how it is handled:
   once by the GCN normalisation; isolated nodes keep their own value through
   the self-loop and still take part in the global attention.
 * ``batch``: an integer tensor ``(N,)`` of graph indices ``>= 0`` (any
-  order; unused indices are empty graphs).
+  order; unused indices are empty graphs). An edge between nodes of two
+  graphs is an error while :data:`CHECK_GRAPHS` is true (the default): the
+  layers keep graphs apart, so such an edge is a mistake in the batch (one
+  gather over the ``E`` edges per forward; a sparse matrix is taken as
+  given).
+* ``x``, ``edge_index`` and ``batch`` on the device of the layer's or the
+  model's parameters, ``x`` in their dtype (outside autocast, which casts
+  on its own).
 
 ``heads`` never has to divide the channels: :class:`DIFFormerConv` gives each
 head its own ``head_channels``-sized q, k and v (``channels`` by default, as
@@ -38,6 +45,8 @@ from wavygraph.checks import is_int, out_of_range
 
 #: Refuse NaN/Inf node features (see the module docstring).
 CHECK_FINITE = True
+#: Refuse edges between nodes of different graphs of ``batch`` (see the module docstring).
+CHECK_GRAPHS = True
 
 
 class InputError(ValueError):
@@ -61,13 +70,19 @@ def check_x(x, channels: int, name: str = "x", finite: bool = True) -> int:
         raise InputError(f"{name} must have shape (N, {channels}), got {_shape(x)}")
     if not x.dtype.is_floating_point:
         raise InputError(f"{name} must be a floating tensor, got dtype {x.dtype}; convert it with {name}.float()")
-    if finite and CHECK_FINITE and x.numel() and not bool(torch.isfinite(x).all()):
+    if finite:
+        check_finite(x, name)
+    return x.shape[0]
+
+
+def check_finite(x: Tensor, name: str = "x") -> None:
+    """No NaN/Inf entry in ``x`` (while :data:`CHECK_FINITE`)."""
+    if CHECK_FINITE and x.numel() and not bool(torch.isfinite(x).all()):
         bad = int((~torch.isfinite(x)).sum())
         raise InputError(
             f"{name} holds {bad} NaN/Inf entries; clean the features (e.g. torch.nan_to_num) "
             "or set wavygraph.nn.validate.CHECK_FINITE = False"
         )
-    return x.shape[0]
 
 
 def check_edge_index(edge_index, num_nodes: int, name: str = "edge_index") -> None:
@@ -110,15 +125,57 @@ def check_batch(batch, num_nodes: int, name: str = "batch") -> None:
         raise InputError(f"{name} holds a negative graph index ({negative[0]}); graph indices start at 0")
 
 
-def check_inputs(x, channels: int, edge_index=None, batch=None, need_edges: bool = False, finite: bool = True) -> int:
+def check_like(x: Tensor, like: Tensor, name: str = "x") -> None:
+    """``x`` must be on the device of ``like`` (a parameter of the layer or
+    model) and, outside autocast, in its dtype."""
+    if x.device != like.device:
+        raise InputError(
+            f"{name} is on {x.device} but the model's parameters are on {like.device}; "
+            f"move it with {name}.to('{like.device}') (or the model with model.to('{x.device}'))"
+        )
+    if x.dtype != like.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise InputError(
+            f"{name} has dtype {x.dtype} but the model's parameters are {like.dtype}; "
+            f"convert it with {name}.to({like.dtype}) (or the model with model.to({x.dtype}))"
+        )
+
+
+def check_same_graph(edge_index: Tensor, batch: Tensor) -> None:
+    """Every edge of ``edge_index`` ``(2, E)`` joins two nodes of the same
+    graph of ``batch`` (while :data:`CHECK_GRAPHS`); O(E)."""
+    if not CHECK_GRAPHS or edge_index.layout != torch.strided or not edge_index.numel():
+        return
+    ends = batch[edge_index]  # (2, E) graph of either end
+    cross = ends[0] != ends[1]
+    if bool(cross.any()):
+        e = int(cross.nonzero()[0, 0])
+        raise InputError(
+            f"edge_index joins nodes of different graphs of batch ({int(cross.sum())} edges, the first "
+            f"{int(edge_index[0, e])} -> {int(edge_index[1, e])} between graphs {int(ends[0, e])} and "
+            f"{int(ends[1, e])}); relabel each graph's edges by its node offset (PyG's Batch.from_data_list does)"
+        )
+
+
+def check_inputs(x, channels: int, edge_index=None, batch=None, need_edges: bool = False, finite: bool = True,
+                 like: Tensor | None = None) -> int:
     """All forward inputs of a layer/model at once; returns ``N``. The
     model checks finiteness once on its input; its layers skip it
-    (``finite=False``), as a NaN there can only come from the input."""
-    n = check_x(x, channels, finite=finite)
+    (``finite=False``), as a NaN there can only come from the input.
+    ``like``: a parameter whose device (and dtype) the inputs must share."""
+    n = check_x(x, channels, finite=False)
+    if like is not None:
+        check_like(x, like)
+    for name, t in (("edge_index", edge_index), ("batch", batch)):
+        if isinstance(t, Tensor) and t.device != x.device:
+            raise InputError(f"{name} is on {t.device} but x is on {x.device}; move it with {name}.to('{x.device}')")
+    if finite:
+        check_finite(x)
     if edge_index is None:
         if need_edges:
             raise InputError("use_graph=True needs edge_index; pass the edges or set use_graph=False")
     else:
         check_edge_index(edge_index, n)
     check_batch(batch, n)
+    if edge_index is not None and batch is not None:
+        check_same_graph(edge_index, batch)
     return n
