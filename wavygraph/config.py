@@ -14,6 +14,7 @@ resolved against the working directory of the process that uses them.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 import inspect
@@ -249,6 +250,8 @@ def _check(cfg: DictConfig) -> None:
     def positive(key: str, value, allow_zero: bool = False) -> None:
         if value is None:
             return
+        if not math.isfinite(value):  # NaN passes both comparisons below; inf trains to NaN
+            raise ConfigError(f"{key}={value!r} must be a finite number")
         if value < 0 or (value == 0 and not allow_zero):
             raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
 

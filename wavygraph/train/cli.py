@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -25,6 +26,7 @@ def main(args: argparse.Namespace) -> int:
     from wavygraph.config import load_config
     from wavygraph.train import run
     from wavygraph.train.env import resolve_device
+    from wavygraph.train.loop import NonFiniteLossError
 
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
@@ -35,7 +37,11 @@ def main(args: argparse.Namespace) -> int:
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks
         device = resolve_device(cfg.train.device)
         print(f"wavygraph: training {cfg.data.name} on {device} (train.device={cfg.train.device})", flush=True)
-    metrics = run(cfg)
+    try:
+        metrics = run(cfg)
+    except NonFiniteLossError as exc:  # one line; out_dir keeps the best epoch so far
+        print(f"wavygraph: error: {exc} (out_dir={cfg.out_dir})", file=sys.stderr)
+        return 2
     if not metrics:  # a distributed rank other than 0: rank 0 reports
         return 0
     keys = ("metric", "num_tasks", "evaluator", "best_val", "test", "best_epoch", "epochs", "seconds",

@@ -18,6 +18,7 @@ The levels: :mod:`.env` (seeds, device, threads, memory), :mod:`.run_state`
 """
 from __future__ import annotations
 
+import math
 import sys
 import time
 
@@ -33,10 +34,27 @@ from .outputs import finish, write_config
 from .resume import save_checkpoint
 from .run_state import TrainingRun, load_data, prepare, prepare_process
 
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite at ``epoch``: training stops
+    there. ``best_epoch`` is the epoch of the best validation score so far
+    (0: none, the initial weights), whose weights :func:`run` has written to
+    ``model.pt`` (with ``metrics.json``) before raising. The message says
+    what to try."""
+
+    def __init__(self, epoch: int, loss: float, best_epoch: int = 0, lr: float | None = None):
+        self.epoch, self.loss, self.best_epoch, self.lr = epoch, loss, best_epoch, lr
+        kept = f"the best epoch so far ({best_epoch})" if best_epoch else "no evaluated epoch (the initial weights)"
+        now = f" (now {lr:g})" if lr is not None else ""
+        super().__init__(f"the training loss became {loss} at epoch {epoch}; training stopped there, model.pt "
+                         f"holds {kept}; try a lower train.lr{now}, a smaller model.tau or fewer model.num_layers")
+
+
 def run(cfg: DictConfig) -> dict:
     """Train per ``cfg``, write ``config.yaml``, ``model.pt`` and
     ``metrics.json`` (each atomically) into ``cfg.out_dir``, and return the
-    metrics: ``metric``, ``best_val``, ``test`` (at the best validation
+    metrics (a loss that becomes NaN or infinite stops the run: the files
+    hold the best epoch so far and :class:`NonFiniteLossError` is raised): ``metric``, ``best_val``, ``test`` (at the best validation
     epoch), ``train``, ``best_epoch``, ``epochs``, ``seconds``,
     ``seconds_per_epoch``, ``num_params``, ``peak_memory_mb``, ``history``
     and, with ``train.diagnostics``, ``diagnostics``.
@@ -54,7 +72,12 @@ def run(cfg: DictConfig) -> dict:
     try:
         job = prepare(cfg, data, info, device, ctx, start)
         write_config(job)
-        train_epochs(job)
+        try:
+            train_epochs(job)
+        except NonFiniteLossError:
+            if ctx.is_main:  # keep what the run has as best, then report the divergence
+                finish(job)
+            raise
         if not ctx.is_main:
             return {}
         return finish(job)
@@ -137,6 +160,9 @@ def train_epochs(job: TrainingRun) -> None:
         loss = train_epoch(job.model, job.optimizer, job.data, job.info, t.batch_size, job.device, job.generator,
                            full_input, job.ctx)
         state.epoch_seconds.append(time.time() - tick)
+        if dist_utils.broadcast_flag(not math.isfinite(loss), job.ctx, job.device):
+            bar.close()
+            raise NonFiniteLossError(epoch, loss, state.best["epoch"], t.lr)
         state.epoch = epoch
         stop = False
         if not (epoch % t.eval_every and epoch != t.epochs):
