@@ -25,8 +25,9 @@ def _missing(exc: ModuleNotFoundError, module: str) -> bool:
 
 def build_parser() -> argparse.ArgumentParser:
     from wavygraph import __version__
+    from wavygraph.checks import OneLineParser
 
-    parser = argparse.ArgumentParser(prog="wavygraph", description="Deep graph transformers that do not over-smooth.")
+    parser = OneLineParser(prog="wavygraph", description="Deep graph transformers that do not over-smooth.")
     parser.add_argument("--version", action="version", version=f"wavygraph {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:

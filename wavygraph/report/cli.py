@@ -21,14 +21,15 @@ def make_report(
     variants with the highest and the lowest mean test score at that depth."""
     source = Path(out_dir)
     target = Path(dest) if dest is not None else source
-    target.mkdir(parents=True, exist_ok=True)
-    records = load_cells(source)
+    records = load_cells(source)  # every check before the first file is written
     df = load_results(source, records)
     depths = sorted(df["depth"].unique())
     if depth is None:
         depth = int(depths[-1])
     elif depth not in depths:
         raise ReportError(f"--depth {depth}: the sweep has depths {', '.join(map(str, depths))}")
+    variants = best_and_worst(df, depth) if best_worst else None
+    target.mkdir(parents=True, exist_ok=True)
     csv = target / "results.csv"
     df.to_csv(csv, index=False)
     paths = {
@@ -40,7 +41,7 @@ def make_report(
     if best_worst:
         paths["diagnostics_best_worst"] = plot_diagnostics(
             records, depth, target / f"diagnostics_depth{depth}_best_worst.png",
-            variants=best_and_worst(df, depth), title=": best and worst test score")
+            variants=variants, title=": best and worst test score")
     return paths
 
 

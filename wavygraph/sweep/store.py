@@ -24,7 +24,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from wavygraph.utils import atomic_write_json
 
-from .spec import Cell, Sweep
+from .spec import Cell, Sweep, SweepError
 
 #: ``module:function`` of the train entry point; the environment variable
 #: :data:`RUNNER_ENV` replaces it (tests use it for a fake trainer).
@@ -39,6 +39,51 @@ def cell_dir(out_dir: str | os.PathLike, h: str) -> Path:
 
 def is_done(out_dir: str | os.PathLike, h: str) -> bool:
     return (cell_dir(out_dir, h) / CELL_FILE).is_file()
+
+
+def _read_json(path: Path, shape: str, fix: str):
+    """The JSON in ``path``; unreadable text or a non-object top level is a
+    one-line :class:`SweepError` that names the file and ``fix``."""
+    try:
+        with open(path) as fh:
+            obj = json.load(fh)
+    except UnicodeDecodeError:
+        obj, why = None, "not text"
+    except ValueError as exc:
+        obj, why = None, f"not valid JSON: {exc}"
+    else:
+        why = f"a JSON {type(obj).__name__}, not {shape}"
+    if not isinstance(obj, dict):
+        raise SweepError(f"{path} is corrupted ({why}); {fix}")
+    return obj
+
+
+def read_cell(path: str | os.PathLike) -> dict:
+    """A finished cell's ``cell.json``: an object with ``hash``, ``params``,
+    ``config`` and ``metrics``; a corrupted one is a :class:`SweepError`
+    that names the file and says how to recompute the cell."""
+    path = Path(path)
+    fix = f"delete the folder {path.parent} and rerun the sweep to recompute that cell"
+    record = _read_json(path, "an object with hash, params, config and metrics", fix)
+    for key, kind in (("hash", str), ("params", dict), ("config", dict), ("metrics", (dict, type(None)))):
+        if not isinstance(record.get(key), kind):
+            raise SweepError(f"{path} is corrupted (its {key!r} is missing or of the wrong type); {fix}")
+    return record
+
+
+def read_manifest(out_dir: str | os.PathLike) -> dict | None:
+    """``OUT/sweep.json`` (an object whose ``cells`` is a list), or ``None``
+    when there is none; a corrupted one is a :class:`SweepError` (never
+    replaced silently: it lists the cells of earlier sweeps into the folder)."""
+    path = Path(out_dir) / "sweep.json"
+    if not path.is_file():
+        return None
+    fix = (f"move it away (the finished cells under {Path(out_dir) / 'cells'} are kept) and rerun the sweep, "
+           "which writes a new one")
+    manifest = _read_json(path, "an object with a list of cells", fix)
+    if not isinstance(manifest.get("cells", []), list):
+        raise SweepError(f"{path} is corrupted (its 'cells' is not a list); {fix}")
+    return manifest
 
 
 def _pid_alive(pid: int) -> bool:
@@ -160,16 +205,12 @@ def write_manifest(sweep: Sweep, cells: Sequence[Cell], out_dir: str) -> None:
     which :mod:`wavygraph.report` uses to count missing cells. Cells that
     earlier sweeps into the same folder listed are kept (a folder may hold
     several grids, e.g. a product plus extra variants)."""
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     listed = {c.hash: {"hash": c.hash, "params": c.params} for c in cells}
-    try:
-        with open(Path(out_dir) / "sweep.json") as fh:
-            earlier = json.load(fh).get("cells", [])
-        for entry in earlier:
-            if isinstance(entry, dict) and isinstance(entry.get("hash"), str):
-                listed.setdefault(entry["hash"], entry)
-    except (OSError, ValueError, AttributeError):
-        pass  # none yet, or unreadable: this sweep's cells only
+    earlier = read_manifest(out_dir) or {}  # a corrupted one stops the sweep before anything is written
+    for entry in earlier.get("cells", []):
+        if isinstance(entry, dict) and isinstance(entry.get("hash"), str):
+            listed.setdefault(entry["hash"], entry)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     manifest = {
         "source": sweep.source,
         "base": sweep.base,

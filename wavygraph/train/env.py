@@ -40,11 +40,10 @@ def resolve_device(name: str) -> torch.device:
                           "use train.device=auto")
     if device.type != "cpu" and not _backend(device.type).is_available():
         kind = "CUDA" if device.type == "cuda" else device.type.upper()
-        raise ConfigError(f"train.device={name!r} but {kind} is not available on this machine; "
-                          "use train.device=cpu or auto")
+        raise ConfigError(f"train.device={name!r} but {kind} is not available; use train.device=cpu or auto")
     if device.type == "cuda":
         count = torch.cuda.device_count()
-        if device.index is not None and device.index >= count:
+        if device.index is not None and 0 < count <= device.index:
             raise ConfigError(f"train.device={name!r} but this machine has {count} CUDA device(s) "
                               f"(cuda:0..cuda:{count - 1}); use one of them or train.device=auto")
         if device.index is None:
