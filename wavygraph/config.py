@@ -250,10 +250,8 @@ def _check(cfg: DictConfig) -> None:
     def positive(key: str, value, allow_zero: bool = False) -> None:
         if value is None:
             return
-        if not math.isfinite(value):  # NaN passes both comparisons below; inf trains to NaN
-            raise ConfigError(f"{key}={value!r} must be a finite number")
-        if value < 0 or (value == 0 and not allow_zero):
-            raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):  # NaN fails no comparison
+            raise ConfigError(f"{key}={value!r} must be a finite number {'>= 0' if allow_zero else '> 0'}")
 
     m, t, d = cfg.model, cfg.train, cfg.data
     choice("model.residual", m.residual, tuple(STEPPERS))

@@ -26,6 +26,7 @@ from omegaconf import DictConfig
 from torch_geometric.data import Data
 from tqdm.auto import tqdm
 
+from wavygraph.config import ConfigError
 from wavygraph.data import DatasetInfo, induced_subgraph, random_partition
 
 from . import distributed as dist_utils
@@ -70,7 +71,7 @@ def run(cfg: DictConfig) -> dict:
     data, info = load_data(cfg.data)
     ctx, device = dist_utils.setup(cfg.train, device)
     try:
-        job = prepare(cfg, data, info, device, ctx, start)
+        job = _prepare_in_memory(cfg, data, info, device, ctx, start)
         write_config(job)
         try:
             train_epochs(job)
@@ -83,6 +84,20 @@ def run(cfg: DictConfig) -> dict:
         return finish(job)
     finally:
         dist_utils.teardown(ctx)
+
+
+def _prepare_in_memory(cfg: DictConfig, data: Data, info: DatasetInfo, device, ctx, start: float) -> TrainingRun:
+    """:func:`prepare`; a model too large to allocate (e.g. ``model.hidden_channels=10**8``) is a one-line
+    :class:`ConfigError`, raised before anything is written."""
+    try:
+        return prepare(cfg, data, info, device, ctx, start)
+    except RuntimeError as exc:  # torch.OutOfMemoryError (CUDA) is one; the CPU allocator raises a plain one
+        if "out of memory" not in str(exc) and "allocate" not in str(exc):
+            raise
+        m = cfg.model
+        raise ConfigError(f"the model does not fit in memory on {device} ({info.num_features} features, "
+                          f"{info.num_outputs} outputs); lower model.hidden_channels (now {m.hidden_channels}) "
+                          f"or model.num_layers (now {m.num_layers})") from None
 
 
 def train_epoch(
