@@ -155,7 +155,7 @@ CASES = [
     ("config a list", ["train", "list.yaml", *CSBM], "mapping"),
     ("resume without checkpoints", ["train", *CSBM, "--resume"], "checkpoint_every"),
     ("data.root a file", ["train", *CSBM, "data.name=cora", "data.root=good.pt"], "a file, not a folder"),
-    ("model too large", ["train", *CSBM, "model.hidden_channels=100000000"], "does not fit in memory"),
+    ("model too large", ["train", *CSBM, "model.hidden_channels=10000000000"], "does not fit in memory"),
     ("per_class without validation nodes", ["train", *CSBM, "data.split_mode=per_class", "data.num_val=0",
                                             "data.num_test=50"],
      "val_mask selects no node"),
