@@ -251,7 +251,8 @@ def _check(cfg: DictConfig) -> None:
         if value is None:
             return
         if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):  # NaN fails no comparison
-            raise ConfigError(f"{key}={value!r} must be a finite number {'>= 0' if allow_zero else '> 0'}")
+            number = "a finite number " if isinstance(value, float) else ""
+            raise ConfigError(f"{key}={value!r} must be {number}{'>= 0' if allow_zero else '> 0'}")
 
     m, t, d = cfg.model, cfg.train, cfg.data
     choice("model.residual", m.residual, tuple(STEPPERS))
