@@ -30,7 +30,10 @@ from typing import Callable, Iterator
 import filelock
 from filelock import FileLock, Timeout
 
-from .errors import WavygraphDataError
+try:
+    from .errors import WavygraphDataError
+except ImportError:  # loaded by its path, outside the package (a plain holder process)
+    WavygraphDataError = ValueError
 
 #: Seconds between the "still waiting" lines while another process holds the lock.
 REPORT_EVERY = 30.0
