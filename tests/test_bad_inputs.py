@@ -342,3 +342,24 @@ def test_the_exception_carries_the_epoch():
     exc = NonFiniteLossError(7, float("inf"), 0, 0.5)
     assert exc.epoch == 7 and exc.best_epoch == 0
     assert "inf at epoch 7" in str(exc) and "initial weights" in str(exc) and "(now 0.5)" in str(exc)
+
+
+def test_sweep_refuses_a_corrupted_cell_json_of_a_finished_cell(inputs, capsys, monkeypatch):
+    """A finished cell whose cell.json is broken is named before the sweep writes anything (it would be
+    skipped as done and break the report later)."""
+    from wavygraph.sweep import expand, load_sweep
+
+    monkeypatch.chdir(inputs)
+    sweep = load_sweep("sweep_ok.yaml", ["out_dir=sw_cell"])
+    cell = inputs / "sw_cell" / "cells" / expand(sweep)[0].hash / "cell.json"
+    cell.parent.mkdir(parents=True)
+    cell.write_text("[]")
+    try:
+        before = _tree(inputs)
+        code, err = _run(["sweep", "sweep_ok.yaml", "out_dir=sw_cell", "--no-progress"], inputs, capsys, monkeypatch)
+        _assert_one_line_error(code, err, f"{cell} is corrupted")
+        assert _tree(inputs) == before
+    finally:
+        import shutil
+
+        shutil.rmtree(inputs / "sw_cell")
