@@ -1,6 +1,6 @@
 """Checks shared by the layers (:mod:`wavygraph.nn.validate`), the data sets
-(:mod:`wavygraph.data.validate`, :mod:`wavygraph.data.user_graph`) and the
-training loop.
+(:mod:`wavygraph.data.validate`, :mod:`wavygraph.data.user_graph`), the
+training loop and the command line (:class:`OneLineParser`).
 
 Each helper answers one question; the caller words the message, so that
 every error keeps naming its own argument and fix:
@@ -15,6 +15,7 @@ every error keeps naming its own argument and fix:
 """
 from __future__ import annotations
 
+import argparse
 from typing import Optional
 
 import torch
@@ -47,3 +48,14 @@ def check_positive_int(name: str, value, error: type[Exception] = ValueError, al
     got <value>")`` (``non-negative`` with ``allow_zero``) is raised."""
     if isinstance(value, bool) or not isinstance(value, int) or value < (0 if allow_zero else 1):
         raise error(f"{name} must be a {'non-negative' if allow_zero else 'positive'} integer, got {value!r}")
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An :class:`argparse.ArgumentParser` whose usage errors are one line,
+    ``wavygraph: error: <command>: <message>; see <command> --help``, exit
+    code 2, like every other error of the command line (argparse prints the
+    usage block first). Sub-parsers made by ``add_subparsers`` inherit it."""
+
+    def error(self, message: str):
+        command = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
+        self.exit(2, f"wavygraph: error: {command}{message}; see {self.prog} --help\n")

@@ -20,8 +20,9 @@ SUBCOMMANDS = ["wavygraph.train.cli", "wavygraph.sweep.cli", "wavygraph.tune.cli
 
 def build_parser() -> argparse.ArgumentParser:
     from wavygraph import __version__
+    from wavygraph.checks import OneLineParser
 
-    parser = argparse.ArgumentParser(prog="wavygraph", description="Deep graph transformers that do not over-smooth.")
+    parser = OneLineParser(prog="wavygraph", description="Deep graph transformers that do not over-smooth.")
     parser.add_argument("--version", action="version", version=f"wavygraph {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:

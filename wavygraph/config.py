@@ -14,6 +14,7 @@ resolved against the working directory of the process that uses them.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 import inspect
@@ -249,8 +250,9 @@ def _check(cfg: DictConfig) -> None:
     def positive(key: str, value, allow_zero: bool = False) -> None:
         if value is None:
             return
-        if value < 0 or (value == 0 and not allow_zero):
-            raise ConfigError(f"{key}={value!r} must be {'>= 0' if allow_zero else '> 0'}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):  # NaN fails no comparison
+            number = "a finite number " if isinstance(value, float) else ""
+            raise ConfigError(f"{key}={value!r} must be {number}{'>= 0' if allow_zero else '> 0'}")
 
     m, t, d = cfg.model, cfg.train, cfg.data
     choice("model.residual", m.residual, tuple(STEPPERS))

@@ -35,23 +35,23 @@ DEMO_SET = {
 }
 
 
-def _ints(text: str) -> list[int]:
+def _ints(text: str, least: int = 0) -> list[int]:
     try:
         values = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not values or min(values) < 0:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")
+        values = []
+    if not values or min(values) < least:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers >= {least}, got {text!r}")
     return values
 
 
-def demo_sweep_file(out: str, depths, seeds, epochs: int, residuals=None) -> Path:
-    """Write the demo's sweep file ``OUT/demo_sweep.yaml`` and return its path;
-    ``residuals`` defaults to every registered kind (plugins included: their
-    modules go into the file's ``imports``)."""
+def demo_spec(out: str, depths, seeds, epochs: int, residuals=None) -> dict:
+    """The demo's sweep as the mapping of a sweep file (``grid``, ``set``,
+    ``out_dir``); ``residuals`` defaults to every registered kind (plugins
+    included: their modules go into ``imports``)."""
     residuals = tuple(STEPPERS) if residuals is None else tuple(residuals)
     plugins = plugin_modules(residuals)
-    spec = {
+    return {
         "grid": {
             "model.num_layers": list(depths),
             "model.residual": list(residuals),
@@ -60,6 +60,12 @@ def demo_sweep_file(out: str, depths, seeds, epochs: int, residuals=None) -> Pat
         "set": {**DEMO_SET, "train.epochs": int(epochs), **({"imports": plugins} if plugins else {})},
         "out_dir": out,
     }
+
+
+def demo_sweep_file(out: str, depths, seeds, epochs: int, residuals=None) -> Path:
+    """Write the demo's sweep file ``OUT/demo_sweep.yaml`` (:func:`demo_spec`)
+    and return its path."""
+    spec = demo_spec(out, depths, seeds, epochs, residuals)
     Path(out).mkdir(parents=True, exist_ok=True)
     path = Path(out) / "demo_sweep.yaml"
     header = "# written by `wavygraph demo`; rerun with: wavygraph sweep " + str(path) + "\n"
@@ -70,14 +76,19 @@ def demo_sweep_file(out: str, depths, seeds, epochs: int, residuals=None) -> Pat
 def run_demo(out: str = DEFAULT_OUT, depths=(2, 8, 32), seeds=(0, 1), epochs: int = 60, jobs: int = 1,
              residuals=None, progress: bool = True) -> dict:
     """Run the demo sweep and its report; returns the report's paths and the
-    sweep's counts (``counts``)."""
+    sweep's counts (``counts``). The sweep's checks (cells, data, folder) run
+    before ``OUT/demo_sweep.yaml`` is written, so a bad option writes nothing."""
     from .report import make_report
-    from .sweep import load_sweep, run_sweep
+    from .sweep import Sweep, run_sweep
 
-    path = demo_sweep_file(out, depths, seeds, epochs, residuals)
-    sweep = load_sweep(str(path))
-    sweep.out_dir = out  # as given (the file's copy is relative to the working directory too)
-    counts = run_sweep(sweep, jobs=jobs, progress=progress, log=lambda line: None)
+    for name, value, least in (("--epochs", epochs, 1), ("--jobs", jobs, 1)):
+        if value < least:
+            raise ValueError(f"{name} must be >= {least}, got {value}")
+    spec = demo_spec(out, depths, seeds, epochs, residuals)
+    sweep = Sweep(base=None, grid=spec["grid"], set=spec["set"], out_dir=out,
+                  source=os.path.abspath(os.path.join(out, "demo_sweep.yaml")))
+    counts = run_sweep(sweep, jobs=jobs, progress=progress, log=lambda line: None,
+                       on_checked=lambda: demo_sweep_file(out, depths, seeds, epochs, residuals))
     if counts["failed"]:
         failed = os.path.join(out, "failed")
         raise RuntimeError(f"{counts['failed']} demo cells failed; tracebacks in {failed}")
@@ -95,7 +106,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "prints the summary table and where the plots are.",
     )
     p.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default {DEFAULT_OUT})")
-    p.add_argument("--depths", type=_ints, default=[2, 8, 32], help="comma-separated depths (default 2,8,32)")
+    p.add_argument("--depths", type=lambda text: _ints(text, 1), default=[2, 8, 32],
+                   help="comma-separated depths (default 2,8,32)")
     p.add_argument("--seeds", type=_ints, default=[0, 1], help="comma-separated seeds (default 0,1)")
     p.add_argument("--epochs", type=int, default=60, help="epochs per run (default 60)")
     p.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")

@@ -105,7 +105,8 @@ def _read_pt(path: str) -> tuple[Data, int]:
             warnings.simplefilter("ignore")
             n = obj.num_nodes
     if not n:
-        raise InvalidDataError(f"{path}: the saved Data has no nodes (no x, y or num_nodes)")
+        raise InvalidDataError(f"{path}: the saved Data has no nodes (x, y and num_nodes give none); "
+                               "a graph needs labelled nodes")
     return obj, int(n)
 
 

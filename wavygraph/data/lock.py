@@ -30,6 +30,11 @@ from typing import Callable, Iterator
 import filelock
 from filelock import FileLock, Timeout
 
+try:
+    from .errors import WavygraphDataError
+except ImportError:  # loaded by its path, outside the package (a plain holder process)
+    WavygraphDataError = ValueError
+
 #: Seconds between the "still waiting" lines while another process holds the lock.
 REPORT_EVERY = 30.0
 
@@ -112,7 +117,12 @@ def dataset_lock(
     path = lock_path(folder)
     root = os.path.dirname(path)
     created_root = not os.path.isdir(root)
-    os.makedirs(root, exist_ok=True)
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:  # a file in the way, no permission: data.root cannot hold the data set
+        why = "a file, not a folder" if os.path.isfile(root) else exc.strerror
+        raise WavygraphDataError(f"data.root: cannot use {root} as the data folder ({why}); "
+                                 "set data.root to a folder you can write to") from None
     lock = FileLock(path)
     _acquire(lock, path, os.fspath(folder), log or _log, report_every)
     try:

@@ -20,12 +20,12 @@ from torch import Tensor
 from torch_geometric.data import Data
 from torch_geometric.utils import remove_self_loops, to_undirected
 
-from wavygraph.checks import out_of_range
+from wavygraph.checks import is_int, out_of_range
 
 from .errors import InvalidDataError
 from .info import DatasetInfo
 from .splits import select_split, stratified_split
-from .validate import check_node_range
+from .validate import check_data, check_node_range
 
 MASKS = ("train_mask", "val_mask", "test_mask")
 
@@ -37,6 +37,9 @@ def _tensor(value, what: str, name: str) -> Tensor:
         raise InvalidDataError(f"{name}: the node {what} must be numbers") from None
     if t.is_complex():
         raise InvalidDataError(f"{name}: the node {what} must be real numbers, got dtype {t.dtype}")
+    if t.layout != torch.strided:
+        raise InvalidDataError(f"{name}: the node {what} are a sparse tensor ({t.layout}); "
+                               f"save them dense ({'x' if what == 'features' else 'y'}.to_dense())")
     return t
 
 
@@ -74,9 +77,18 @@ def _labels(y, n: int, name: str) -> Tensor:
 
 
 def _edges(edge_index, n: int, name: str) -> Tensor:
-    ei = torch.as_tensor(edge_index if edge_index is not None else torch.empty(2, 0), dtype=torch.long)
+    """Node indices as given: floats, even whole ones, are refused rather than truncated."""
+    try:
+        ei = torch.as_tensor(edge_index if edge_index is not None else torch.empty(2, 0, dtype=torch.long))
+    except (TypeError, ValueError, RuntimeError):
+        raise InvalidDataError(f"{name}: edge_index must be a (2, E) tensor of node indices") from None
     if ei.dim() != 2 or ei.shape[0] != 2:
         raise InvalidDataError(f"{name}: edge_index must have shape (2, E), got {tuple(ei.shape)}")
+    if ei.layout != torch.strided or not is_int(ei):
+        what = f"dtype {ei.dtype}" if ei.layout == torch.strided else f"a sparse tensor ({ei.layout})"
+        raise InvalidDataError(f"{name}: edge_index must hold integer node indices, got {what}; "
+                               "save edge_index.long() (dense)")
+    ei = ei.long()
     check_node_range(ei, n, f"{name}: edge_index")
     ei, _ = remove_self_loops(ei)
     return to_undirected(ei, num_nodes=n)
@@ -133,4 +145,5 @@ def graph_data(
     else:
         info = DatasetInfo(name, "multiclass", "acc", x.shape[1], int(y.max()) + 1 if y.numel() else 0,
                            num_splits=num_splits)
+    check_data(data, info)
     return data, info

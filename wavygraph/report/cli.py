@@ -26,14 +26,15 @@ def make_report(
     problem = folder_problem(target, "--out" if dest is not None else "DIR")
     if problem:
         raise ReportError(problem)
-    target.mkdir(parents=True, exist_ok=True)
-    records = load_cells(source)
+    records = load_cells(source)  # every check before the first file is written
     df = load_results(source, records)
     depths = sorted(df["depth"].unique())
     if depth is None:
         depth = int(depths[-1])
     elif depth not in depths:
         raise ReportError(f"--depth {depth}: the sweep has depths {', '.join(map(str, depths))}")
+    variants = best_and_worst(df, depth) if best_worst else None
+    target.mkdir(parents=True, exist_ok=True)
     csv = target / "results.csv"
     df.to_csv(csv, index=False)
     paths = {
@@ -45,7 +46,7 @@ def make_report(
     if best_worst:
         paths["diagnostics_best_worst"] = plot_diagnostics(
             records, depth, target / f"diagnostics_depth{depth}_best_worst.png",
-            variants=best_and_worst(df, depth), title=": best and worst test score")
+            variants=variants, title=": best and worst test score")
     return paths
 
 

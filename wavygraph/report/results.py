@@ -9,7 +9,6 @@ sweeps with different ``set:`` into one folder, say) gets its own column
 and splits the tables, as a grid key does (:func:`model_keys`)."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Sequence
@@ -17,7 +16,7 @@ from typing import Sequence
 import pandas as pd
 
 from wavygraph.config import model_label
-from wavygraph.folders import CELL_FILE
+from wavygraph.folders import CELL_FILE, read_cell, read_manifest
 from wavygraph.keys import NEUTRAL_KEYS, Added, hashed_config
 from wavygraph.nn.steppers import STEPPERS
 from wavygraph.utils import flatten
@@ -51,18 +50,14 @@ def load_cells(out_dir: str | os.PathLike) -> list[dict]:
         raise ReportError(f"{out_dir} holds no sweep results (no cells/ folder); run `wavygraph sweep` first")
     records = []
     for path in sorted(root.glob(f"*/{CELL_FILE}")):
-        with open(path) as fh:
-            records.append(json.load(fh))
+        records.append(read_cell(path))  # a corrupted cell.json: one line naming it
     return records
 
 
 def expected_cells(out_dir: Path) -> int | None:
     """The number of cells of the sweep's grid (``sweep.json``), or ``None``."""
-    manifest = out_dir / "sweep.json"
-    if not manifest.is_file():
-        return None
-    with open(manifest) as fh:
-        return len(json.load(fh).get("cells", []))
+    manifest = read_manifest(out_dir)
+    return None if manifest is None else len(manifest.get("cells", []))
 
 
 def residual_order(values) -> list:

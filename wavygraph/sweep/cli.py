@@ -8,6 +8,7 @@ import sys
 import warnings
 from typing import Sequence
 
+from wavygraph.checks import OneLineParser
 from wavygraph.utils import ignore_import_warnings
 
 from .runner import run_sweep
@@ -49,7 +50,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 def _split_rest(args: argparse.Namespace) -> argparse.Namespace:
     """Parse options that came after SWEEP_FILE (argparse leaves them in the
     overrides with the key=value items)."""
-    inner = argparse.ArgumentParser(prog="wavygraph sweep", add_help=False)
+    inner = OneLineParser(prog="wavygraph sweep", add_help=False)
     inner.add_argument("overrides", nargs="*")
     _add_options(inner, defaults=False)
     rest = inner.parse_intermixed_args(list(args.overrides or []))
@@ -77,7 +78,7 @@ def command(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m wavygraph.sweep ...``: the same as ``wavygraph sweep ...``."""
-    parser = argparse.ArgumentParser(prog="wavygraph")
+    parser = OneLineParser(prog="wavygraph")
     sub = parser.add_subparsers(dest="command", required=True)
     add_parser(sub)
     args = parser.parse_args(["sweep", *(sys.argv[1:] if argv is None else argv)])

@@ -9,7 +9,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Sequence
 
 from .spec import Cell, Sweep, SweepError, expand, shard_cells
-from .store import clean_stale, is_done, run_cell, write_manifest
+from .store import RUNNER_ENV, cell_dir, clean_stale, is_done, read_cell, read_manifest, run_cell, write_manifest
 
 _WORKER_DEVICE: str | None = None
 
@@ -103,6 +103,43 @@ def _log_summary(sweep: Sweep, cells: Sequence[Cell], counts: dict, failures: Se
     log(f"report: wavygraph report {sweep.out_dir}")
 
 
+def _distinct(values: Sequence) -> list:
+    """``values`` without repeats (plain containers compared by their JSON), in order."""
+    import json
+
+    seen: dict[str, object] = {}
+    for v in values:
+        seen.setdefault(json.dumps(v, sort_keys=True, default=str), v)
+    return list(seen.values())
+
+
+def check_before_writing(out_dir: str, mine: Sequence[Cell], todo: Sequence[Cell],
+                         devices: Sequence[str]) -> None:
+    """What would make every cell fail, checked once before the sweep writes
+    anything (a :class:`ValueError` with one line): a corrupted ``sweep.json``
+    or ``cell.json`` of a finished cell, a device that does not exist, and,
+    for the default trainer, data that do not load or are malformed (each
+    distinct ``data`` config of the cells still to run is loaded once)."""
+    from omegaconf import OmegaConf
+
+    read_manifest(out_dir)
+    for c in mine:
+        if is_done(out_dir, c.hash):
+            read_cell(cell_dir(out_dir, c.hash) / "cell.json")
+    if not todo or os.environ.get(RUNNER_ENV):  # a custom trainer reads its own data and devices
+        return
+    from wavygraph.train.env import resolve_device
+    from wavygraph.train.run_state import load_data
+
+    for name in devices or _distinct(c.config["train"]["device"] for c in todo):
+        try:
+            resolve_device(name)
+        except ValueError as exc:
+            raise SweepError(f"--devices: {exc}" if devices else str(exc)) from None
+    for data in _distinct(c.config["data"] for c in todo):
+        load_data(OmegaConf.create(data))
+
+
 def run_sweep(
     sweep: Sweep,
     shard_index: int = 0,
@@ -111,9 +148,13 @@ def run_sweep(
     devices: Sequence[str] | None = None,
     progress: bool = True,
     log: Callable[[str], None] = print,
+    on_checked: Callable[[], object] | None = None,
 ) -> dict:
     """Run every missing cell of this shard; returns counts
-    ``{"cells", "shard", "done", "skipped", "duplicate", "failed", "seconds"}``."""
+    ``{"cells", "shard", "done", "skipped", "duplicate", "failed", "seconds"}``.
+    Nothing is written before :func:`check_before_writing` passes;
+    ``on_checked`` is called then, before the first file (the demo writes its
+    sweep file there)."""
     if jobs < 1:
         raise SweepError(f"--jobs must be >= 1, got {jobs}")
     devices = [d for d in (devices or []) if d]
@@ -121,9 +162,13 @@ def run_sweep(
     out_dir = os.path.abspath(sweep.out_dir)
     cells = expand(sweep)
     mine = shard_cells(cells, shard_index, shard_count)
+    todo = [c for c in mine if not is_done(out_dir, c.hash)]
+    check_before_writing(out_dir, mine, todo, devices)
+    if on_checked is not None:
+        on_checked()
     write_manifest(sweep, cells, out_dir)
     clean_stale(out_dir, [c.hash for c in mine])
-    todo = [c for c in mine if not is_done(out_dir, c.hash)]
+    todo = [c for c in todo if not is_done(out_dir, c.hash)]
     counts = {"cells": len(cells), "shard": len(mine), "done": 0, "skipped": len(mine) - len(todo),
               "duplicate": 0, "failed": 0}
     failures: list[str] = []

@@ -22,10 +22,10 @@ from typing import Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from wavygraph.folders import CELL_FILE
+from wavygraph.folders import CELL_FILE, read_cell, read_manifest
 from wavygraph.utils import atomic_write_json, publish_dir
 
-from .spec import Cell, Sweep
+from .spec import Cell, Sweep, SweepError
 
 #: ``module:function`` of the train entry point (one that writes straight into
 #: the cell's temporary folder, which the sweep publishes); the environment variable
@@ -166,16 +166,12 @@ def write_manifest(sweep: Sweep, cells: Sequence[Cell], out_dir: str) -> None:
     which :mod:`wavygraph.report` uses to count missing cells. Cells that
     earlier sweeps into the same folder listed are kept (a folder may hold
     several grids, e.g. a product plus extra variants)."""
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
     listed = {c.hash: {"hash": c.hash, "params": c.params} for c in cells}
-    try:
-        with open(Path(out_dir) / "sweep.json") as fh:
-            earlier = json.load(fh).get("cells", [])
-        for entry in earlier:
-            if isinstance(entry, dict) and isinstance(entry.get("hash"), str):
-                listed.setdefault(entry["hash"], entry)
-    except (OSError, ValueError, AttributeError):
-        pass  # none yet, or unreadable: this sweep's cells only
+    earlier = read_manifest(out_dir) or {}  # a corrupted one stops the sweep before anything is written
+    for entry in earlier.get("cells", []):
+        if isinstance(entry, dict) and isinstance(entry.get("hash"), str):
+            listed.setdefault(entry["hash"], entry)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     manifest = {
         "source": sweep.source,
         "base": sweep.base,

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
@@ -31,6 +32,7 @@ def main(args: argparse.Namespace) -> int:
     from wavygraph.train import run
     from wavygraph.train.env import resolve_device
     from wavygraph.utils import dumps_json
+    from wavygraph.train.loop import NonFiniteLossError
 
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
@@ -41,7 +43,11 @@ def main(args: argparse.Namespace) -> int:
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks
         device = resolve_device(cfg.train.device)
         print(f"wavygraph: training {cfg.data.name} on {device} (train.device={cfg.train.device})", flush=True)
-    metrics = run(cfg, overwrite=getattr(args, "overwrite", False))
+    try:
+        metrics = run(cfg, overwrite=getattr(args, "overwrite", False))
+    except NonFiniteLossError as exc:  # one line; out_dir keeps the best epoch so far
+        print(f"wavygraph: error: {exc} (out_dir={cfg.out_dir})", file=sys.stderr)
+        return 2
     if not metrics:  # a distributed rank other than 0: rank 0 reports
         return 0
     keys = ("metric", "num_tasks", "evaluator", "best_val", "test", "best_epoch", "epochs", "seconds",

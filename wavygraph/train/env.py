@@ -26,18 +26,38 @@ def resolve_device(name: str) -> torch.device:
     """The torch device of ``train.device``: ``auto`` is the current GPU where
     there is one, else the CPU; a GPU is always numbered (``cuda`` ->
     ``cuda:0``), so that runs report which one they used. A name torch does
-    not know, or CUDA without a GPU, is a one-line :class:`ConfigError`."""
+    not know, a device type wavygraph does not train on (``meta``, ``xla``,
+    ...), or a device this machine lacks (CUDA without a GPU, ``cuda:7`` on
+    two GPUs, ``mps`` off Apple silicon) is a one-line :class:`ConfigError`."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"train.device={name!r} is not a torch device") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"train.device={name!r} but CUDA is not available; use train.device=cpu or auto")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    except (RuntimeError, TypeError, ValueError):
+        raise ConfigError(f"train.device={name!r} is not a torch device; use auto, cpu, cuda, cuda:N or mps") from None
+    if device.type not in TRAIN_DEVICE_TYPES:
+        raise ConfigError(f"train.device={name!r}: wavygraph trains on {', '.join(TRAIN_DEVICE_TYPES)} only; "
+                          "use train.device=auto")
+    if device.type != "cpu" and not _backend(device.type).is_available():
+        kind = "CUDA" if device.type == "cuda" else device.type.upper()
+        raise ConfigError(f"train.device={name!r} but {kind} is not available; use train.device=cpu or auto")
+    if device.type == "cuda":
+        count = torch.cuda.device_count()
+        if device.index is not None and 0 < count <= device.index:
+            raise ConfigError(f"train.device={name!r} but this machine has {count} CUDA device(s) "
+                              f"(cuda:0..cuda:{count - 1}); use one of them or train.device=auto")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+#: ``train.device`` types wavygraph trains on (with an index where the type has several).
+TRAIN_DEVICE_TYPES = ("cpu", "cuda", "mps", "xpu")
+
+
+def _backend(device_type: str):
+    """The module that says whether ``device_type`` is usable (``is_available()``)."""
+    return torch.backends.mps if device_type == "mps" else getattr(torch, device_type)
 
 
 def set_num_threads(num_threads: int | None) -> None:

@@ -18,6 +18,7 @@ The levels: :mod:`.env` (seeds, device, threads, memory), :mod:`.run_state`
 """
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
@@ -26,8 +27,8 @@ from typing import Callable
 from omegaconf import DictConfig
 from tqdm.auto import tqdm
 
-from wavygraph.config import model_label
-from wavygraph.data import induced_subgraph, random_partition
+from wavygraph.config import ConfigError, model_label
+from wavygraph.data import DatasetInfo, induced_subgraph, random_partition
 
 from . import distributed as dist_utils
 from .evaluation import evaluate, graph_input, loss_fn
@@ -35,6 +36,22 @@ from .outputs import finish, write_config
 from .resume import save_checkpoint
 from .run_folder import RunFolder, plan, publishing
 from .run_state import TrainingRun, load_data, prepare, prepare_process
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite at ``epoch``: training stops
+    there. ``best_epoch`` is the epoch of the best validation score so far
+    (0: none, the initial weights), whose weights :func:`run` has written to
+    ``model.pt`` (with ``metrics.json``) before raising. The message says
+    what to try."""
+
+    def __init__(self, epoch: int, loss: float, best_epoch: int = 0, lr: float | None = None):
+        self.epoch, self.loss, self.best_epoch, self.lr = epoch, loss, best_epoch, lr
+        kept = f"the best epoch so far ({best_epoch})" if best_epoch else "no evaluated epoch (the initial weights)"
+        now = f" (now {lr:g})" if lr is not None else ""
+        super().__init__(f"the training loss became {loss} at epoch {epoch}; training stopped there, model.pt "
+                         f"holds {kept}; try a lower train.lr{now}, a smaller model.tau or fewer model.num_layers")
+
 
 #: ``on_eval(epoch, scores, best)``: called after every evaluation (rank 0)
 #: with that epoch's scores and the best-so-far ``{"val", "test", "train",
@@ -49,7 +66,9 @@ def run(cfg: DictConfig, overwrite: bool = False, on_eval: EvalCallback | None =
     place when the run ends, so that ``out_dir`` is complete or untouched
     (:mod:`wavygraph.train.run_folder`). An ``out_dir`` that holds a run is
     refused before anything is written, unless ``overwrite`` (it is replaced
-    when this run ends) or ``train.resume`` with its checkpoint. Returns the
+    when this run ends) or ``train.resume`` with its checkpoint. A loss that
+    becomes NaN or infinite stops the run: the folder is published with the
+    best epoch so far and :class:`NonFiniteLossError` is raised. Returns the
     metrics: ``metric``, ``best_val``, ``test`` (at the best validation
     epoch), ``train``, ``best_epoch``, ``epochs``, ``seconds``,
     ``seconds_per_epoch``, ``num_params``, ``peak_memory_mb``, ``history``
@@ -81,14 +100,35 @@ def _run(cfg: DictConfig, folder: RunFolder | None, on_eval: EvalCallback | None
     data, info = load_data(cfg.data)
     ctx, device = dist_utils.setup(cfg.train, device)
     try:
-        job = prepare(cfg, data, info, device, ctx, start, folder)
+        job = _prepare_in_memory(cfg, data, info, device, ctx, start, folder)
+        diverged = None
         with publishing(folder, ctx.is_main):
             write_config(job)
-            train_epochs(job, on_eval)
+            try:
+                train_epochs(job, on_eval)
+            except NonFiniteLossError as exc:  # keep what the run has as best, then report the divergence
+                diverged = exc
             metrics = finish(job) if ctx.is_main else {}
+        if diverged is not None:
+            raise diverged
         return metrics
     finally:
         dist_utils.teardown(ctx)
+
+
+def _prepare_in_memory(cfg: DictConfig, data, info: DatasetInfo, device, ctx, start: float,
+                       folder: RunFolder | None) -> TrainingRun:
+    """:func:`prepare`; a model too large to allocate (e.g. ``model.hidden_channels=10**8``) is a one-line
+    :class:`ConfigError`, raised before anything is written."""
+    try:
+        return prepare(cfg, data, info, device, ctx, start, folder)
+    except RuntimeError as exc:  # torch.OutOfMemoryError (CUDA) is one; the CPU allocator raises a plain one
+        if "out of memory" not in str(exc) and "allocate" not in str(exc):
+            raise
+        m = cfg.model
+        raise ConfigError(f"the model does not fit in memory on {device} ({info.num_features} features, "
+                          f"{info.num_outputs} outputs); lower model.hidden_channels (now {m.hidden_channels}) "
+                          f"or model.num_layers (now {m.num_layers})") from None
 
 
 def train_epoch(job: TrainingRun, full_input=None) -> float:
@@ -155,6 +195,9 @@ def train_epochs(job: TrainingRun, on_eval: EvalCallback | None = None) -> None:
         tick = time.time()
         loss = train_epoch(job, full_input)
         state.epoch_seconds.append(time.time() - tick)
+        if dist_utils.broadcast_flag(not math.isfinite(loss), job.ctx, job.device):
+            bar.close()
+            raise NonFiniteLossError(epoch, loss, state.best["epoch"], t.lr)
         state.epoch = epoch
         stop = False
         if not (epoch % t.eval_every and epoch != t.epochs):
