@@ -87,6 +87,7 @@ class LeapfrogStepper(WaveStepper):
 
     second_order = True
     pre_norm = True
+    default_tau = 0.5
     invertible = True
 
     @staticmethod
