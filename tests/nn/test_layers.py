@@ -33,21 +33,22 @@ def _model(**kw):
     return model
 
 
+_FLAT = {"force.conv": "convs", "stepper": "steppers", "norm": "norms", "force.ffn": "ffns",
+         "force.ffn_norm": "ffn_norms", "force.featscale": "featscales"}
+_LAYER_KEY = re.compile(r"layers\.(\d+)\.(force\.conv|stepper|norm|force\.ffn_norm|force\.ffn|force\.featscale)\.(.*)")
+
+
+def _flat_name(key: str) -> str:
+    """A key of the model under its name before the layers were modules."""
+    match = _LAYER_KEY.fullmatch(key)
+    if match:
+        return f"{_FLAT[match.group(2)]}.{match.group(1)}.{match.group(3)}"
+    return "alpha" if key.endswith("force.alpha") else key
+
+
 def _flat_state_dict(model) -> dict:
     """The model's state_dict under the keys of the model before its layers were modules."""
-    names = {"force.conv": "convs", "stepper": "steppers", "norm": "norms", "force.ffn": "ffns",
-             "force.ffn_norm": "ffn_norms", "force.featscale": "featscales"}
-    pattern = re.compile(r"layers\.(\d+)\.(force\.conv|stepper|norm|force\.ffn_norm|force\.ffn|force\.featscale)\.(.*)")
-    out = {}
-    for key, value in model.state_dict().items():
-        match = pattern.fullmatch(key)
-        if match:
-            out[f"{names[match.group(2)]}.{match.group(1)}.{match.group(3)}"] = value.clone()
-        elif key.endswith("force.alpha"):
-            out["alpha"] = value.clone()
-        else:
-            out[key] = value.clone()
-    return out
+    return {_flat_name(key): value.clone() for key, value in model.state_dict().items()}
 
 
 @pytest.mark.parametrize("kw", [dict(residual="mix", ffn=True, featscale=True, force_scale="rezero"),
@@ -187,3 +188,20 @@ def test_one_wording_for_a_bad_choice(key, value, choices):
         WavyDIFFormer(5, 8, 3, **{key: value})
     with pytest.raises(ConfigError, match=rf"^unknown model.{key} '{value}'; choose one of {choices}$"):
         load_config(None, [f"model.{key}={value}"])
+
+
+def test_parameters_keep_the_order_of_the_flat_model():
+    """An optimiser's state is stored by parameter position: the order is that of the model before its layers were
+    modules (written out here for one model), so a checkpoint's optimiser state from then still matches."""
+    model = WavyDIFFormer(5, 8, 3, num_layers=2, residual="mix", ffn=True, featscale=True, force_scale="rezero",
+                          shared_attention=True)
+    names = [_flat_name(n) for n, _ in model.named_parameters()]
+    expected = ["alpha", "input.weight", "input.bias", "input_norm.weight", "input_norm.bias", "convs.0.qkv.weight",
+                "convs.0.qkv.bias", "steppers.0.theta", "steppers.1.theta"]
+    expected += [f"norms.{i}.{w}" for i in range(2) for w in ("weight", "bias")]
+    expected += [f"ffns.{i}.{lin}.{w}" for i in range(2) for lin in ("lin1", "lin2") for w in ("weight", "bias")]
+    expected += [f"ffn_norms.{i}.{w}" for i in range(2) for w in ("weight", "bias")]
+    expected += [f"featscales.{i}.{w}" for i in range(2) for w in ("weight_dc", "weight_hc")]
+    assert names == expected + ["output.weight", "output.bias"]
+    assert [id(p) for p in model.parameters()] == [id(p) for _, p in model.named_parameters()]
+

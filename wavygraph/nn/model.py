@@ -237,6 +237,15 @@ class WavyDIFFormer(MemoryModes, nn.Module):
         if self.alpha is not None:
             nn.init.zeros_(self.alpha)
 
+    def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
+        """The parameters grouped as before the layers were modules (ReZero's
+        scales, input layer, attention layers, steppers, norms, FFNs, their
+        norms, FeatScales, final norm, output layer; depth order within a
+        group), so that an optimiser's state saved then still matches its
+        parameters (``model.parameters()`` follows this order)."""
+        params = list(super().named_parameters(prefix, recurse, remove_duplicate))
+        return iter(sorted(params, key=lambda item: _parameter_group(item[0][len(prefix):].lstrip("."))))
+
     def embed(self, x: Tensor, edge_index: Tensor | None = None,
               batch: Tensor | None = None) -> tuple[Tensor, LayerContext]:
         """The input embedding ``X_0 (N, C)`` and what every layer reads."""
@@ -274,6 +283,23 @@ class WavyDIFFormer(MemoryModes, nn.Module):
 
 
 WavyDIFFormer.__init__.__signature__ = init_signature()  # the keywords of ModelArgs, for help() and tools
+
+
+_GROUPS = re.compile(r"layers\.\d+\.(force\.alpha|force\.conv\.|stepper\.|norm\.|force\.ffn\.|force\.ffn_norm\."
+                     r"|force\.featscale\.)")
+_GROUP_RANK = {"force.alpha": 0, "force.conv.": 3, "stepper.": 4, "norm.": 5, "force.ffn.": 6, "force.ffn_norm.": 7,
+               "force.featscale.": 8}
+
+
+def _parameter_group(name: str) -> int:
+    """The rank of a parameter's group in :meth:`WavyDIFFormer.named_parameters`."""
+    match = _GROUPS.match(name)
+    if match:
+        return _GROUP_RANK[match.group(1)]
+    for rank, start in ((1, "input."), (2, "input_norm."), (9, "final_norm."), (10, "output.")):
+        if name.startswith(start):
+            return rank
+    return 11
 
 
 #: the state_dict keys of models saved before the layers were modules -> the layers' keys
