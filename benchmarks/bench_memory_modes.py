@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from benchmarks._common import fmt_mb, in_subprocess, machine_line, sync, warm_peak
 
 RECIPE = dict(graph_weight=0.8, tau=1.0, value_proj=False, dropout_at="force", source=True, source_weight=0.25,
-              shared_attention=True, dropout=0.2)
+              shared_attention=True, dropout=0.2, residual_options=None)
 
 
 def _graph(nodes: int, device: str):

@@ -1,6 +1,7 @@
-"""WavyDIFFormer with its defaults in the usual PyG training loop, side by
-side with PyG's ``GCN`` in the same loop: do the defaults serve a user who
-writes the usual PyG training loop?
+"""WavyDIFFormer with the depth recipe (``RECIPE_ARGS``, its defaults when
+this was first measured) in the usual PyG training loop, side by side with
+PyG's ``GCN`` in the same loop: does the recipe serve a user who writes the
+usual PyG training loop?
 
 The loop is the one a PyG user writes first: Cora (Planetoid public split,
 ``NormalizeFeatures``; downloaded by PyG into ``--root`` when missing),
@@ -8,9 +9,9 @@ The loop is the one a PyG user writes first: Cora (Planetoid public split,
 training nodes of each part, 60 epochs; after every epoch the whole graph is
 evaluated and the test accuracy at the best validation epoch is kept; seeds 0
 and 1, hidden 64. Every model is built with its constructor's defaults apart
-from the sizes (and, for WavyDIFFormer, ``num_layers`` and ``residual``):
+from the sizes (and, for WavyDIFFormer, ``RECIPE_ARGS``, ``num_layers`` and ``residual``):
 
-    WavyDIFFormer(in, hidden, out, num_layers=L, residual=k)     # L = 4 and 16, every built-in kind
+    WavyDIFFormer(in, hidden, out, num_layers=L, residual=k, **RECIPE_ARGS)  # L = 4 and 16, every built-in kind
     GCN(in, hidden, num_layers=2, out_channels=out)      # PyG's, dropout 0 by default
 
     python -m benchmarks.pyg_loop --root DIR              # DIR/Cora/raw/ind.cora.*
@@ -31,6 +32,7 @@ import torch.nn.functional as F
 import yaml
 
 from wavygraph.nn import WavyDIFFormer
+from wavygraph.nn.model_args import RECIPE_ARGS
 
 
 def load_cora(root: str):
@@ -109,7 +111,8 @@ def main(argv=None) -> None:
     models = {} if a.no_gcn else {"PyG GCN, 2 layers": lambda: GCN(c_in, a.hidden, num_layers=2, out_channels=c_out)}
     for L in a.num_layers:
         for k in a.residuals:
-            make = lambda L=L, k=k: WavyDIFFormer(c_in, a.hidden, c_out, num_layers=L, residual=k, **extra)  # noqa: E731
+            kw = {**RECIPE_ARGS, **extra}
+            make = lambda L=L, k=k, kw=kw: WavyDIFFormer(c_in, a.hidden, c_out, num_layers=L, residual=k, **kw)  # noqa: E731
             try:  # bad sizes, kinds or --set keys: one line, before any training
                 make()
             except (TypeError, ValueError) as exc:

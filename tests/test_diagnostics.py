@@ -17,6 +17,12 @@ from wavygraph.diagnostics import (
     spectral_gap,
 )
 from wavygraph.nn import DIFFormerConv, WavyDIFFormer
+from wavygraph.nn.model_args import RECIPE_ARGS
+
+
+def recipe(*sizes, **kw):
+    """WavyDIFFormer with the depth recipe's settings (RECIPE_ARGS), the class defaults these tests were written for."""
+    return WavyDIFFormer(*sizes, **{**RECIPE_ARGS, **kw})
 
 
 def ring_graph(n: int) -> torch.Tensor:
@@ -137,7 +143,7 @@ def test_layer_diagnostics_of_a_model(residual):
     torch.manual_seed(4)
     n, layers = 15, 3
     data = Data(x=torch.randn(n, 6), edge_index=ring_graph(n), y=torch.arange(n) % 3)
-    model = WavyDIFFormer(6, 8, 3, num_layers=layers, residual=residual, heads=2, dropout=0.5)
+    model = recipe(6, 8, 3, num_layers=layers, residual=residual, heads=2, dropout=0.5)
     model.train()
     out = layer_diagnostics(model, data)
     assert model.training  # mode restored
@@ -184,7 +190,7 @@ def test_layer_diagnostics_keep_no_list_of_states(monkeypatch, residual):
     torch.manual_seed(10)
     layers = 6
     data = Data(x=torch.randn(12, 4), edge_index=ring_graph(12), y=torch.arange(12) % 2)
-    out = layer_diagnostics(WavyDIFFormer(4, 8, 2, num_layers=layers, residual=residual), data)
+    out = layer_diagnostics(recipe(4, 8, 2, num_layers=layers, residual=residual), data)
     assert len(out["feature_variance"]) == layers + 1 == len(alive_at)
     for i, alive in enumerate(alive_at):
         assert all(j == 0 or j >= i - 1 for j in alive), (i, alive)
@@ -194,7 +200,7 @@ def test_multilabel_targets_skip_inter_class_variance():
     torch.manual_seed(5)
     n = 8
     data = Data(x=torch.randn(n, 4), edge_index=ring_graph(n), y=torch.randint(0, 2, (n, 3)).float())
-    out = layer_diagnostics(WavyDIFFormer(4, 8, 3, num_layers=2), data)
+    out = layer_diagnostics(recipe(4, 8, 3, num_layers=2), data)
     assert "inter_class_variance" not in out
     assert all(len(v) == 3 for k, v in out.items() if k != "spectral_gap")
 
@@ -304,7 +310,7 @@ def test_layer_diagnostics_never_forms_edge_or_float64_state_tensors(monkeypatch
     n, c, layers = 40, 8, 3
     ei = awkward_graph(n, 20 * n, seed=8)
     data = Data(x=torch.randn(n, 5), edge_index=ei, y=torch.arange(n) % 3)
-    model = WavyDIFFormer(5, c, 3, num_layers=layers, residual="light_wave")
+    model = recipe(5, c, 3, num_layers=layers, residual="light_wave")
     with LargestTensor() as mode:
         out = layer_diagnostics(model, data)
     assert len(out["dirichlet_energy"]) == layers + 1
@@ -324,7 +330,7 @@ def test_layer_diagnostics_never_forms_edge_or_float64_state_tensors(monkeypatch
 
 
 def test_layer_stream_takes_states_in_order():
-    model = WavyDIFFormer(4, 8, 3, num_layers=2)
+    model = recipe(4, 8, 3, num_layers=2)
     from wavygraph.diagnostics import LayerStream
 
     stream = LayerStream(model, ring_graph(6), torch.arange(6) % 2)

@@ -10,6 +10,13 @@ import torch
 
 from wavygraph.cli import main
 from wavygraph.nn import STEPPERS, WavyDIFFormer, unregister_stepper
+from wavygraph.nn.model_args import RECIPE_ARGS
+
+
+def recipe(*sizes, **kw):
+    """WavyDIFFormer with the depth recipe's settings (RECIPE_ARGS), the class defaults these tests were written for."""
+    return WavyDIFFormer(*sizes, **{**RECIPE_ARGS, **kw})
+
 
 PLUGIN = textwrap.dedent('''
     import torch
@@ -56,7 +63,7 @@ def test_external_stepper_through_the_model(plugin):
     __import__(plugin)
     assert "damped_wave_plugin" in STEPPERS
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual="damped_wave_plugin", residual_options={"gamma": 0.2})
+    model = recipe(5, 8, 3, num_layers=3, residual="damped_wave_plugin", residual_options={"gamma": 0.2})
     x = torch.randn(20, 5)
     ei = torch.randint(0, 20, (2, 60))
     out = model(x, ei)
@@ -64,7 +71,7 @@ def test_external_stepper_through_the_model(plugin):
     assert torch.isfinite(out).all() and model.input.weight.grad is not None
     # the velocity goes through the joint LayerNorm: it matters for the output
     with torch.no_grad():
-        other = WavyDIFFormer(5, 8, 3, num_layers=3, residual="damped_wave_plugin", residual_options={"gamma": 1.0})
+        other = recipe(5, 8, 3, num_layers=3, residual="damped_wave_plugin", residual_options={"gamma": 1.0})
         other.load_state_dict(model.state_dict())
         assert (other(x, ei) - model(x, ei)).abs().max() > 1e-4
 

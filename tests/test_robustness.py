@@ -12,12 +12,17 @@ from wavygraph.nn.functional import all_pair_attention
 from wavygraph.nn.validate import InputError
 from wavygraph.train.evaluation import loss_fn
 from torch_geometric.data import Data
+from wavygraph.nn.model_args import RECIPE_ARGS
 
+
+def recipe(*sizes, **kw):
+    """WavyDIFFormer with the depth recipe's settings (RECIPE_ARGS), the class defaults these tests were written for."""
+    return WavyDIFFormer(*sizes, **{**RECIPE_ARGS, **kw})
 
 
 def _model(**kw):
     torch.manual_seed(0)
-    return WavyDIFFormer(4, 8, 3, num_layers=2, **kw)
+    return recipe(4, 8, 3, num_layers=2, **kw)
 
 
 def _graph(n=6):
@@ -216,7 +221,7 @@ def test_cli_exit_2_for_multilabel_to_multiclass_in_a_custom_loader(tmp_path, mo
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_128_layers_stay_finite(residual_kind, dtype):
     torch.manual_seed(0)
-    m = WavyDIFFormer(4, 8, 3, num_layers=128, residual=residual_kind, dropout=0.0)
+    m = recipe(4, 8, 3, num_layers=128, residual=residual_kind, dropout=0.0)
     x = torch.randn(20, 4)
     ei = torch.randint(0, 20, (2, 40))
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):

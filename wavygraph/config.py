@@ -17,23 +17,18 @@ import importlib
 import math
 import os
 import sys
-import inspect
 from dataclasses import dataclass, field, fields
 from typing import Any, Dict, List, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from wavygraph.nn.functional import KERNELS, QK_NORMS
-from wavygraph.nn.joint_ffn import ACTIVATIONS
 from wavygraph.data.csbm import CSBM_PRESETS
 from wavygraph.data.errors import WavygraphDataError
 from wavygraph.data.files import ARRAY_FORMATS, check_file
 from wavygraph.data.splits import SPLIT_MODES, check_fractions
-from wavygraph.nn.model import DROPOUT_AT, FORCE_SCALES, NORMS, WavyDIFFormer
-from wavygraph.nn.reversible import check_memory_args
-from wavygraph.nn.steppers import STEPPERS, make_stepper
-from wavygraph.nn.steppers.compiled import STEP_IMPLS
+from wavygraph.nn.model_args import ModelArgs, Spelling, check_model_args
+from wavygraph.nn.validate import InputError, check_choice
 from wavygraph.utils import one_line
 
 
@@ -89,38 +84,11 @@ class DataConfig:
 
 
 @dataclass
-class ModelConfig:
-    """Arguments of :class:`wavygraph.nn.WavyDIFFormer` (see its docstring)."""
+class ModelConfig(ModelArgs):
+    """The model's keys: the arguments of :class:`wavygraph.nn.WavyDIFFormer`
+    (:class:`~wavygraph.nn.model_args.ModelArgs`, their defaults and checks)
+    and the baselines' own."""
 
-    num_layers: int = 3
-    hidden_channels: int = 64
-    residual: str = "diffusion"  # a registered kind: wavygraph.nn.STEPPERS (plugins: the top-level `imports`)
-    residual_options: Dict[str, Any] = field(default_factory=dict)  # the kind's options, e.g. {lam0: 0.5}
-    heads: int = 1
-    kernel: str = "simple"
-    qk_norm: Optional[str] = None  # None: the kernel's own (global for simple, none for sigmoid)
-    use_graph: bool = True
-    graph_weight: Optional[float] = None
-    value_proj: bool = True  # false: values = the layer input (DIFFormer's --use_weight off)
-    input_norm: bool = True  # LayerNorm after the input layer (DIFFormer's --use_bn)
-    source: bool = False  # add x_0 to every layer before its norm (DIFFormer's --use_source)
-    source_weight: float = 1.0  # weight alpha of the added x_0 (ours; DIFFormer: 1), only with source
-    tau: float = 0.5
-    input_dropout: float = 0.0  # dropout of the raw features before the input layer
-    dropout: float = 0.2
-    layer_dropout: Optional[float] = None  # None: same as dropout
-    dropout_at: str = "state"  # "state" (DIFFormer) or "force" (the Wavy authors: attention output, FFN branches)
-    ffn: bool = False
-    ffn_activation: str = "gelu"
-    force_scale: str = "fixed"
-    norm: str = "layer"
-    featscale: bool = False
-    step_impl: str = "eager"  # or "compile": torch.compile the step + LayerNorm (same results)
-    shared_attention: bool = False  # one attention layer for all steps (parameters independent of depth)
-    # memory in depth (docs/fidelity.md): recompute layers in backward (same scores), or invert them
-    gradient_checkpointing: bool = False  # checkpoint segments of layers in training
-    checkpoint_segments: Optional[int] = None  # number of segments (null: ceil(sqrt(num_layers)))
-    reversible: bool = False  # gradients by inverting the steps, no stored layer state (kinds with an inverse)
     # model.arch and the baselines' own options (wavygraph/train/models.py). A baseline takes
     # num_layers, hidden_channels and dropout (sgformer also heads) and its own keys below;
     # any other model key set away from its default is an error for it.
@@ -187,9 +155,8 @@ _BASELINE_KEYS = {
 
 
 def wavy_model_keys() -> tuple[str, ...]:
-    """The ``model`` keys that are arguments of :class:`WavyDIFFormer` (read from its signature)."""
-    params = inspect.signature(WavyDIFFormer.__init__).parameters
-    return tuple(f.name for f in fields(ModelConfig) if f.name in params)
+    """The ``model`` keys that are arguments of :class:`wavygraph.nn.WavyDIFFormer` (:class:`ModelArgs`)."""
+    return tuple(f.name for f in fields(ModelArgs))
 
 
 def arch_keys(arch: str) -> tuple[str, ...]:
@@ -244,8 +211,10 @@ def _check_baseline_keys(m: DictConfig) -> None:
 
 def _check(cfg: DictConfig) -> None:
     def choice(key: str, value, choices) -> None:
-        if value not in choices:
-            raise ConfigError(f"{key}={value!r} is not one of {', '.join(map(repr, choices))}")
+        try:
+            check_choice(key, value, choices)
+        except InputError as exc:
+            raise ConfigError(str(exc)) from None
 
     def positive(key: str, value, allow_zero: bool = False) -> None:
         if value is None:
@@ -255,30 +224,11 @@ def _check(cfg: DictConfig) -> None:
             raise ConfigError(f"{key}={value!r} must be {number}{'>= 0' if allow_zero else '> 0'}")
 
     m, t, d = cfg.model, cfg.train, cfg.data
-    choice("model.residual", m.residual, tuple(STEPPERS))
-    choice("model.kernel", m.kernel, KERNELS)
-    if m.qk_norm is not None:
-        choice("model.qk_norm", m.qk_norm, QK_NORMS)
-    choice("model.dropout_at", m.dropout_at, DROPOUT_AT)
-    choice("model.ffn_activation", m.ffn_activation, ACTIVATIONS)
-    choice("model.force_scale", m.force_scale, FORCE_SCALES)
-    choice("model.norm", m.norm, tuple(NORMS))
-    choice("model.step_impl", m.step_impl, STEP_IMPLS)
     choice("model.arch", m.arch, ARCHS)
     _check_arch(m)
     _check_baseline_keys(m)
+    _check_model_args(m)
     choice("data.csbm.preset", cfg.data.csbm.preset, tuple(CSBM_PRESETS))
-    for key in ("num_layers", "hidden_channels", "heads"):
-        positive(f"model.{key}", m[key])
-    positive("model.tau", m.tau)
-    for key in ("input_dropout", "dropout"):
-        if not 0.0 <= m[key] < 1.0:
-            raise ConfigError(f"model.{key}={m[key]!r} must lie in [0, 1)")
-    if m.layer_dropout is not None and not 0.0 <= m.layer_dropout < 1.0:
-        raise ConfigError(f"model.layer_dropout={m.layer_dropout!r} must lie in [0, 1) or be null")
-    if m.graph_weight is not None and not 0.0 <= m.graph_weight <= 1.0:
-        raise ConfigError(f"model.graph_weight={m.graph_weight!r} must lie in [0, 1] or be null")
-    _check_residual_options(m)
     positive("train.epochs", t.epochs)
     positive("train.lr", t.lr)
     positive("train.weight_decay", t.weight_decay, allow_zero=True)
@@ -340,19 +290,15 @@ def import_modules(names: Sequence[str]) -> None:
                               "it must be importable from the working directory or PYTHONPATH") from None
 
 
-def _check_residual_options(m: DictConfig) -> None:
-    """The kind's options, checked by building one stepper (its own messages),
-    and the memory options that depend on the kind."""
-    options = OmegaConf.to_container(m.residual_options, resolve=True)
+def _check_model_args(m: DictConfig) -> None:
+    """The model's arguments, checked as :class:`wavygraph.nn.WavyDIFFormer`
+    checks them (one message each, spelled as config keys)."""
+    values = {f.name: m[f.name] for f in fields(ModelArgs)}
+    values = {k: OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v for k, v in values.items()}
     try:
-        make_stepper(m.residual, 1, **options)
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(f"model.residual_options: {_keyed_line(exc)}") from None
-    try:  # the memory options, which depend on the kind (model.reversible needs an inverse)
-        check_memory_args(m.residual, m.gradient_checkpointing, m.checkpoint_segments, m.reversible)
-    except ValueError as exc:
-        msg = str(exc).replace("True", "true").replace("False", "false").replace("set grad", "set model.grad")
-        raise ConfigError(f"model.{msg}".replace("needs grad", "needs model.grad")) from None
+        check_model_args(ModelArgs(**values), Spelling("model.", yaml=True))
+    except InputError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def load_config(path: str | None, overrides: Sequence[str] = ()) -> DictConfig:

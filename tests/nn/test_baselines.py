@@ -7,6 +7,13 @@ from wavygraph.nn import WavyDIFFormer
 from wavygraph.nn.featscale import FeatScale
 from wavygraph.nn.joint_norm import JointPairNorm
 from wavygraph.nn.model import DIFFORMER_ARGS
+from wavygraph.nn.model_args import RECIPE_ARGS
+
+
+def recipe(*sizes, **kw):
+    """WavyDIFFormer with the depth recipe's settings (RECIPE_ARGS), the class defaults these tests were written for."""
+    return WavyDIFFormer(*sizes, **{**RECIPE_ARGS, **kw})
+
 
 GRAPH = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 0, 6], [1, 0, 2, 1, 4, 3, 5, 4, 5, 0]])
 
@@ -93,10 +100,10 @@ def test_featscale_unit_weights_is_identity_and_reference():
 
 def test_featscale_model_unit_weights_equals_plain():
     torch.manual_seed(0)
-    a = WavyDIFFormer(5, 8, 3, num_layers=3, residual="light_wave", featscale=True).double().eval()
+    a = recipe(5, 8, 3, num_layers=3, residual="light_wave", featscale=True).double().eval()
     torch.manual_seed(0)
-    b = WavyDIFFormer(5, 8, 3, num_layers=3, residual="light_wave").double().eval()
-    b.load_state_dict({k: v for k, v in a.state_dict().items() if "featscales" not in k})
+    b = recipe(5, 8, 3, num_layers=3, residual="light_wave").double().eval()
+    b.load_state_dict({k: v for k, v in a.state_dict().items() if "featscale" not in k})
     x = torch.randn(7, 5, dtype=torch.float64)
     torch.testing.assert_close(a(x, GRAPH), b(x, GRAPH), rtol=0, atol=1e-12)
 

@@ -6,6 +6,13 @@ from wavygraph.config import ConfigError, load_config
 from wavygraph.nn import WavyDIFFormer
 from wavygraph.nn.checkpointing import default_segments, segment_bounds
 from wavygraph.nn.validate import InputError
+from wavygraph.nn.model_args import RECIPE_ARGS
+
+
+def recipe(*sizes, **kw):
+    """WavyDIFFormer with the depth recipe's settings (RECIPE_ARGS), the class defaults these tests were written for."""
+    return WavyDIFFormer(*sizes, **{**RECIPE_ARGS, **kw})
+
 
 N = 12
 EDGES = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 0, 6, 7, 8, 9, 10, 11, 2],
@@ -15,7 +22,7 @@ X = torch.randn(N, 5, dtype=torch.float64, generator=torch.Generator().manual_se
 
 def _model(kind, **kw):
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=5, residual=kind, **kw).double().train()
+    model = recipe(5, 8, 3, num_layers=5, residual=kind, **kw).double().train()
     g = torch.Generator().manual_seed(4)
     with torch.no_grad():  # off the identity / zero initialisations (ReZero, FeatScale, norms)
         for p in model.parameters():
@@ -52,7 +59,7 @@ def test_checkpointed_gradients_equal_plain(residual_kind, segments):
     out_ckpt, ckpt = _grads(model)
     torch.testing.assert_close(out_ckpt, out, rtol=0, atol=1e-12)
     # every gradient is non-zero but light_wave's first lam (X - X_prev = 0 at the first layer)
-    assert [n for n, g in plain.items() if g.abs().max() == 0] in ([], ["steppers.0.theta"])
+    assert [n for n, g in plain.items() if g.abs().max() == 0] in ([], ["layers.0.stepper.theta"])
     for name, g in plain.items():
         torch.testing.assert_close(ckpt[name], g, rtol=1e-10, atol=1e-12, msg=name)
 
@@ -83,19 +90,19 @@ def test_checkpointing_saves_fewer_tensors_and_is_off_in_evaluation():
             model(X, EDGES)
         return count[0]
 
-    plain = saved(WavyDIFFormer(5, 8, 3, num_layers=16, residual="mix").double().train())
-    ckpt = saved(WavyDIFFormer(5, 8, 3, num_layers=16, residual="mix", gradient_checkpointing=True).double().train())
+    plain = saved(recipe(5, 8, 3, num_layers=16, residual="mix").double().train())
+    ckpt = saved(recipe(5, 8, 3, num_layers=16, residual="mix", gradient_checkpointing=True).double().train())
     assert ckpt < plain / 3
     # evaluation (or no autograd) runs the plain loop
-    ev = WavyDIFFormer(5, 8, 3, num_layers=16, residual="mix", gradient_checkpointing=True).double().eval()
-    assert saved(ev) == saved(WavyDIFFormer(5, 8, 3, num_layers=16, residual="mix").double().eval())
+    ev = recipe(5, 8, 3, num_layers=16, residual="mix", gradient_checkpointing=True).double().eval()
+    assert saved(ev) == saved(recipe(5, 8, 3, num_layers=16, residual="mix").double().eval())
 
 
 @pytest.mark.parametrize("mode", ["plain", "checkpointed", "segments", "reversible", "eval", "no_grad"])
 def test_layer_hook_sees_every_state_once_in_every_mode(mode):
     kind = "leapfrog" if mode == "reversible" else "light_wave"
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=6, residual=kind, dropout=0.2, reversible=mode == "reversible",
+    model = recipe(5, 8, 3, num_layers=6, residual=kind, dropout=0.2, reversible=mode == "reversible",
                           gradient_checkpointing=mode in ("checkpointed", "segments"),
                           checkpoint_segments=2 if mode == "segments" else None).double()
     model.train(mode != "eval")
@@ -109,7 +116,7 @@ def test_layer_hook_sees_every_state_once_in_every_mode(mode):
     assert all(x.shape == (N, 8) for _, x in calls)
     for (_, a), b in zip(calls, hidden):
         assert torch.equal(a, b.detach())
-    plain = WavyDIFFormer(5, 8, 3, num_layers=6, residual=kind, dropout=0.2).double().train(mode != "eval")
+    plain = recipe(5, 8, 3, num_layers=6, residual=kind, dropout=0.2).double().train(mode != "eval")
     plain.load_state_dict(model.state_dict())
     torch.manual_seed(3)
     with torch.set_grad_enabled(mode != "no_grad"):
@@ -123,7 +130,7 @@ def test_layer_hook_sees_every_state_once_in_every_mode(mode):
 def test_backward_recomputes_every_segment_but_the_last(segments, recomputed):
     """6 layers: default ceil(sqrt(6)) = 3 segments (0-1, 2-3, 4-5); backward reruns layers 0-3 once,
     never the last segment, whose tensors it needs first (one segment: nothing to recompute)."""
-    model = WavyDIFFormer(5, 8, 3, num_layers=6, residual="light_wave", gradient_checkpointing=True,
+    model = recipe(5, 8, 3, num_layers=6, residual="light_wave", gradient_checkpointing=True,
                           checkpoint_segments=segments).double().train()
     calls = []
     for i, stepper in enumerate(model.steppers):
@@ -136,7 +143,7 @@ def test_backward_recomputes_every_segment_but_the_last(segments, recomputed):
 
 
 def test_without_return_hidden_no_list_is_kept():
-    model = WavyDIFFormer(5, 8, 3, num_layers=3).double()
+    model = recipe(5, 8, 3, num_layers=3).double()
     assert isinstance(model(X, EDGES), torch.Tensor)
 
 

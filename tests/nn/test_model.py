@@ -7,6 +7,13 @@ import torch
 import torch.nn.functional as F
 
 from wavygraph.nn import WavyDIFFormer
+from wavygraph.nn.model_args import RECIPE_ARGS
+
+
+def recipe(*sizes, **kw):
+    """WavyDIFFormer with the depth recipe's settings (RECIPE_ARGS), the class defaults these tests were written for."""
+    return WavyDIFFormer(*sizes, **{**RECIPE_ARGS, **kw})
+
 
 GRAPH = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 0, 6], [1, 0, 2, 1, 4, 3, 5, 4, 5, 0]])
 
@@ -282,7 +289,7 @@ def test_state_dropout_keeps_light_wave_previous_state():
 
 def test_deep_model_finite(residual_kind):
     torch.manual_seed(0)
-    model = WavyDIFFormer(16, 32, 4, num_layers=64, residual=residual_kind, dropout=0.2)
+    model = recipe(16, 32, 4, num_layers=64, residual=residual_kind, dropout=0.2)
     x = torch.randn(200, 16)
     ei = torch.randint(0, 200, (2, 800))
     out, hidden = model(x, ei, return_hidden=True)
@@ -298,7 +305,7 @@ def test_half_precision_64_layer_wave_model(dtype):
     """A model cast to bfloat16 / float16 runs forward and backward on CPU
     (the sparse local branch lacks those dtypes there) with finite values."""
     torch.manual_seed(0)
-    model = WavyDIFFormer(16, 32, 4, num_layers=64, residual="wave", graph_weight=0.5).to(dtype)
+    model = recipe(16, 32, 4, num_layers=64, residual="wave", graph_weight=0.5).to(dtype)
     x = torch.randn(200, 16, dtype=dtype)
     ei = torch.randint(0, 200, (2, 800))
     out = model(x, ei)
@@ -308,7 +315,7 @@ def test_half_precision_64_layer_wave_model(dtype):
 
 
 def test_residual_options_reach_the_stepper():
-    model = WavyDIFFormer(5, 8, 3, num_layers=2, residual="mix", residual_options={"lam0": 0.25})
+    model = recipe(5, 8, 3, num_layers=2, residual="mix", residual_options={"lam0": 0.25})
     assert all(abs(st.lam0 - 0.25) < 1e-12 for st in model.steppers)
     with pytest.raises(ValueError, match="residual 'wave' takes no option lam0"):
         WavyDIFFormer(5, 8, 3, residual="wave", residual_options={"lam0": 0.25})
@@ -320,7 +327,7 @@ def test_residual_options_reach_the_stepper():
 
 def test_batched_graphs_do_not_mix():
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=2, residual="wave").eval()
+    model = recipe(5, 8, 3, num_layers=2, residual="wave").eval()
     x = torch.randn(14, 5)
     ei = torch.cat([GRAPH, GRAPH + 7], 1)
     batch = torch.tensor([0] * 7 + [1] * 7)
@@ -331,11 +338,11 @@ def test_batched_graphs_do_not_mix():
 
 @pytest.mark.parametrize("residual", ["diffusion", "wave", "mix", "light_wave"])
 def test_defaults_written_out(residual):
-    """The defaults in training mode against the literal loop: one attention layer for every step, the layer
+    """The recipe (RECIPE_ARGS) in training mode against the literal loop: one attention layer for every step, the layer
     input as its values, its local branch blended 0.9; dropout 0.2 after the input layer and on the attention
     output inside the force; 0.25 x_0 added before each norm; step 1 (wave 0.5); mix from lam 0.1."""
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 8, 3, num_layers=3, residual=residual).double().train()
+    model = recipe(5, 8, 3, num_layers=3, residual=residual).double().train()
     conv = model.convs[0]
     assert all(c is conv for c in model.convs) and conv.graph_weight == 0.9 and not conv.value_proj
     tau = 0.5 if residual == "wave" else 1.0
@@ -365,15 +372,15 @@ def test_per_kind_defaults_and_explicit_arguments():
     from wavygraph.nn.model import DIFFORMER_ARGS
 
     assert DIFFORMER_ARGS == DIFFORMER
-    taus = {k: WavyDIFFormer(5, 8, 3, residual=k).steppers[0].tau for k in ("diffusion", "wave", "mix", "light_wave")}
+    taus = {k: recipe(5, 8, 3, residual=k).steppers[0].tau for k in ("diffusion", "wave", "mix", "light_wave")}
     assert taus == {"diffusion": 1.0, "wave": 0.5, "mix": 1.0, "light_wave": 1.0}
-    assert WavyDIFFormer(5, 8, 3, residual="wave", tau=0.8).steppers[0].tau == 0.8
-    assert WavyDIFFormer(5, 8, 3, residual="mix").steppers[0].lam0 == 0.1
-    assert WavyDIFFormer(5, 8, 3, residual="mix", residual_options={}).steppers[0].lam0 == 0.5
-    assert WavyDIFFormer(5, 8, 3, residual="light_wave").steppers[0].lam0 == 0.5
-    model = WavyDIFFormer(5, 8, 3, source=False)  # the default source_weight needs no source
+    assert recipe(5, 8, 3, residual="wave", tau=0.8).steppers[0].tau == 0.8
+    assert recipe(5, 8, 3, residual="mix").steppers[0].lam0 == 0.1
+    assert recipe(5, 8, 3, residual="mix", residual_options={}).steppers[0].lam0 == 0.5
+    assert recipe(5, 8, 3, residual="light_wave").steppers[0].lam0 == 0.5
+    model = recipe(5, 8, 3, source=False)  # the default source_weight needs no source
     assert not model.source and model.convs[0] is model.convs[2]
-    assert WavyDIFFormer(5, 8, 3, source_weight=0.5).source_weight == 0.5
+    assert recipe(5, 8, 3, source_weight=0.5).source_weight == 0.5
 
 
 def test_repr_and_errors():

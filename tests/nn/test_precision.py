@@ -6,6 +6,12 @@ import torch.nn.functional as F
 
 from wavygraph.nn import DIFFormerConv, WavyDIFFormer
 from wavygraph.nn.functional import all_pair_attention
+from wavygraph.nn.model_args import RECIPE_ARGS
+
+
+def recipe(*sizes, **kw):
+    """WavyDIFFormer with the depth recipe's settings (RECIPE_ARGS), the class defaults these tests were written for."""
+    return WavyDIFFormer(*sizes, **{**RECIPE_ARGS, **kw})
 
 
 def rel_err(a, b):
@@ -72,7 +78,7 @@ def test_functional_bf16_inputs_close():
 
 def test_model_bf16_autocast_training_step():
     torch.manual_seed(0)
-    model = WavyDIFFormer(8, 16, 3, num_layers=3, residual="light_wave", dropout=0.0)  # the same function twice
+    model = recipe(8, 16, 3, num_layers=3, residual="light_wave", dropout=0.0)  # the same function twice
     x = torch.randn(200, 8)
     ei = torch.randint(0, 200, (2, 800))
     ref = model(x, ei)
@@ -88,7 +94,7 @@ def test_torch_compile_matches_eager():
     if not hasattr(torch, "compile"):
         pytest.skip("torch.compile unavailable")
     torch.manual_seed(0)
-    model = WavyDIFFormer(6, 8, 3, num_layers=2, residual="wave", dropout=0.0)  # the same function twice
+    model = recipe(6, 8, 3, num_layers=2, residual="wave", dropout=0.0)  # the same function twice
     x = torch.randn(50, 6)
     ei = torch.randint(0, 50, (2, 150))
     ref = model(x, ei)

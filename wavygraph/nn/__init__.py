@@ -6,6 +6,7 @@ from .graph import gcn_adjacency
 from .joint_ffn import JointFFN
 from .joint_norm import JointLayerNorm
 from .model import WavyDIFFormer
+from .model_args import DIFFORMER_ARGS, RECIPE_ARGS, ModelArgs
 from .steppers import (
     STEPPERS,
     DiffusionStepper,
@@ -29,6 +30,9 @@ __all__ = [
     "JointFFN",
     "JointLayerNorm",
     "WavyDIFFormer",
+    "ModelArgs",
+    "DIFFORMER_ARGS",
+    "RECIPE_ARGS",
     "STEPPERS",
     "Stepper",
     "StepState",

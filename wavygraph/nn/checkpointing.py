@@ -1,5 +1,5 @@
-r"""The layer loop of :class:`~wavygraph.nn.WavyDIFFormer` and its
-gradient checkpointing.
+r"""The checkpointed memory mode: a model's layers run under gradient
+checkpointing.
 
 With ``gradient_checkpointing=True`` the stack is cut into segments of
 consecutive layers; each segment runs under
@@ -22,18 +22,14 @@ layer's; compute: one more forward pass of all but the last segment.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Sequence
 
-from torch import Tensor
+from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from .layer import LayerContext
+from .sequential import Hook, run_layers
 from .steppers import StepState
-
-#: ``layer(i, state) -> state``: layer ``i`` of the stack.
-LayerFn = Callable[[int, StepState], StepState]
-#: ``hook(i, x_i)``: called with every layer's output state.
-Hook = Optional[Callable[[int, Tensor], None]]
-
 
 def default_segments(num_layers: int) -> int:
     """``ceil(sqrt(L))`` segments of about ``sqrt(L)`` layers each: the
@@ -55,49 +51,31 @@ def segment_bounds(num_layers: int, segments: int) -> list[tuple[int, int]]:
     return bounds
 
 
-def run_layers(layer: LayerFn, state: StepState, start: int, stop: int, hook: Hook = None) -> StepState:
-    """Layers ``start .. stop-1`` in order; ``hook(i + 1, x)`` after layer ``i``."""
-    for i in range(start, stop):
-        state = layer(i, state)
-        if hook is not None:
-            hook(i + 1, state.x)
-    return state
-
-
 class _Segment:
     """Layers ``start .. stop-1`` as a function of ``(x, v)`` for
-    :func:`~torch.utils.checkpoint.checkpoint`; the hook runs in the first
-    call only (the forward pass), not in the recomputation."""
+    :func:`~torch.utils.checkpoint.checkpoint`; the hook and the list of
+    hidden states are served in the first call only (the forward pass), not
+    in the recomputation."""
 
-    def __init__(self, layer: LayerFn, start: int, stop: int, hook: Hook):
-        self.layer, self.start, self.stop, self.hook = layer, start, stop, hook
+    def __init__(self, layers: Sequence[nn.Module], start: int, ctx: LayerContext, hook: Hook, hidden: list | None):
+        self.layers, self.start, self.ctx, self.hook, self.hidden = layers, start, ctx, hook, hidden
 
     def __call__(self, x: Tensor, v: Tensor | None):
-        hook, self.hook = self.hook, None
-        state = run_layers(self.layer, StepState(x, v), self.start, self.stop, hook)
+        (hook, hidden), self.hook, self.hidden = (self.hook, self.hidden), None, None
+        state = run_layers(self.layers, StepState(x, v), self.ctx, hook, hidden, self.start)
         return state.x, state.v
 
 
-def run_checkpointed(layer: LayerFn, state: StepState, num_layers: int, segments: int | None = None,
-                     hook: Hook = None) -> StepState:
-    """All ``num_layers`` layers, each segment but the last checkpointed (see the module)."""
+def run_checkpointed(layers: Sequence[nn.Module], state: StepState, ctx: LayerContext, segments: int | None = None,
+                     hook: Hook = None, hidden: list | None = None) -> StepState:
+    """All ``layers`` from ``state``, each segment but the last checkpointed
+    (see the module); ``hook`` and ``hidden`` as in
+    :func:`~wavygraph.nn.sequential.run_layers`."""
+    num_layers = len(layers)
     segments = default_segments(num_layers) if segments is None else segments
     *checkpointed, (start, stop) = segment_bounds(num_layers, segments)
     for first, last in checkpointed:
-        x, v = checkpoint(_Segment(layer, first, last, hook), state.x, state.v,
+        x, v = checkpoint(_Segment(layers[first:last], first, ctx, hook, hidden), state.x, state.v,
                           use_reentrant=False, preserve_rng_state=True)
         state = StepState(x, v)
-    return run_layers(layer, state, start, stop, hook)
-
-
-def with_hidden(hook, hidden: list | None):
-    """``hook``, extended to append every state to ``hidden`` (a list) when given."""
-    if hidden is None:
-        return hook
-
-    def both(i: int, x: Tensor) -> None:
-        hidden.append(x)
-        if hook is not None:
-            hook(i, x)
-
-    return both
+    return run_layers(layers[start:stop], state, ctx, hook, hidden, start)

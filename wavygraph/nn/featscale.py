@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
-from torch_geometric.utils import scatter
+
+from .prenorm import graph_mean
 
 
 class FeatScale(nn.Module):
@@ -43,10 +44,7 @@ class FeatScale(nn.Module):
         nn.init.ones_(self.weight_hc)
 
     def forward(self, x: Tensor, batch: Tensor | None = None) -> Tensor:
-        if batch is None:
-            dc = x.mean(dim=0, keepdim=True)  # (1, C)
-        else:
-            dc = scatter(x, batch, dim=0, reduce="mean").index_select(0, batch)  # (N, C)
+        dc = graph_mean(x, batch)  # (N, C), or (1, C) for one graph
         return self.weight_dc * dc + self.weight_hc * (x - dc)
 
     def __repr__(self) -> str:

@@ -12,6 +12,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .prenorm import graph_centre, graph_mean
+
 
 class JointLayerNorm(nn.Module):
     r"""LayerNorm of the state and its velocity.
@@ -159,14 +161,7 @@ class JointPairNorm(nn.Module):
         x_out = self.norm(x, batch)
         if v is None:
             return x_out, None
-        from torch_geometric.utils import scatter
-
-        if batch is None:
-            xc = x - x.mean(dim=0, keepdim=True)
-            ms = xc.pow(2).sum(-1).mean()
-        else:
-            xc = x - scatter(x, batch, dim=0, reduce="mean").index_select(0, batch)
-            ms = scatter(xc.pow(2).sum(-1, keepdim=True), batch, dim=0, reduce="mean").index_select(0, batch)
+        ms = graph_mean(graph_centre(x, batch).pow(2).sum(-1, keepdim=True), batch)  # PairNorm's mean square
         return x_out, self.norm.scale * v / torch.sqrt(self.norm.eps + ms)
 
     def __repr__(self) -> str:

@@ -1,5 +1,7 @@
-"""The pre-norm of the ``leapfrog`` kind: a LayerNorm's learnable scale and
-shift on PairNorm's statistics over each graph's nodes (one scale per graph)."""
+"""Statistics over each graph's nodes (:func:`graph_mean`,
+:func:`graph_centre`) and the pre-norm of the ``leapfrog`` kind built on
+them: a LayerNorm's learnable scale and shift on PairNorm's statistics
+(one scale per graph)."""
 from __future__ import annotations
 
 import torch
@@ -29,15 +31,20 @@ def graph_layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5,
         - **output:** ``(N, C)``
     """
     xc = graph_centre(x, batch)
-    if batch is None:
-        ms = xc.pow(2).sum(-1).mean()
-    else:
-        ms = scatter(xc.pow(2).sum(-1, keepdim=True), batch, dim=0, reduce="mean").index_select(0, batch)
+    ms = graph_mean(xc.pow(2).sum(-1, keepdim=True), batch)
     return torch.addcmul(bias, xc * torch.rsqrt(ms + eps), weight)
+
+
+def graph_mean(x: Tensor, batch: Tensor | None = None) -> Tensor:
+    """The mean of ``x`` over the nodes of each graph (``batch``), one row
+    per node ``(N, C)``, or ``(1, C)`` for one graph (``batch=None``): the
+    per-graph statistic of the pre-norm, :class:`~wavygraph.nn.joint_norm.JointPairNorm`
+    and :class:`~wavygraph.nn.featscale.FeatScale`."""
+    if batch is None:
+        return x.mean(0, keepdim=True)
+    return scatter(x, batch, dim=0, reduce="mean").index_select(0, batch)
 
 
 def graph_centre(x: Tensor, batch: Tensor | None = None) -> Tensor:
     """``x`` less the mean over the nodes of each graph (``batch``)."""
-    if batch is None:
-        return x - x.mean(0, keepdim=True)
-    return x - scatter(x, batch, dim=0, reduce="mean").index_select(0, batch)
+    return x - graph_mean(x, batch)

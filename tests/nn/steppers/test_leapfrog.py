@@ -10,6 +10,13 @@ from wavygraph.nn.joint_norm import JointPairNorm
 from wavygraph.nn.prenorm import graph_layer_norm
 from wavygraph.nn.reversible import invertible_kinds, rebuild, reconstruction_error, seeded_dropout
 from wavygraph.nn.validate import InputError
+from wavygraph.nn.model_args import RECIPE_ARGS
+
+
+def recipe(*sizes, **kw):
+    """WavyDIFFormer with the depth recipe's settings (RECIPE_ARGS), the class defaults these tests were written for."""
+    return WavyDIFFormer(*sizes, **{**RECIPE_ARGS, **kw})
+
 
 N = 12
 EDGES = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 0, 6, 7, 8, 9, 10, 11, 2],
@@ -29,7 +36,7 @@ def _model(**kw):
     torch.manual_seed(0)
     opts = dict(num_layers=4, residual="leapfrog", tau=0.7, dropout=0.0)  # dropout: where a test sets it
     opts.update(kw)
-    return WavyDIFFormer(5, 8, 3, **opts).double()
+    return recipe(5, 8, 3, **opts).double()
 
 
 def _ln(h, norm):
@@ -210,13 +217,12 @@ def test_reversible_keeps_no_per_layer_tensors():
 def test_rebuild_recovers_the_input_state():
     model = _model(num_layers=32, source=True, ffn=True).eval()
     _randomise(model)
-    h, inputs = model._embed(_x(), EDGES, None)
-    stack = model._reversible_stack(inputs, None)
+    h, ctx = model.embed(_x(), EDGES, None)
     x, v = h, torch.zeros_like(h)
     with torch.no_grad():
-        for i, st in enumerate(stack.steppers):
-            x, v = st.update(x, v, stack.force(i, x, inputs.x0), st.tau, None)
-    x_back, v_back = rebuild(stack, x, v, inputs.x0)
+        for layer in model.layers:
+            x, v = layer(StepState(x, v), ctx)
+    x_back, v_back = rebuild(model.layers, StepState(x, v), ctx)
     assert (x - h).abs().max() > 1.0  # the state moved
     torch.testing.assert_close(x_back, h, rtol=0, atol=1e-9)
     torch.testing.assert_close(v_back, torch.zeros_like(h), rtol=0, atol=1e-9)
@@ -244,7 +250,7 @@ def test_reversible_under_autocast_recomputes_in_the_same_precision():
     """bfloat16 autocast on the CPU: the backward pass recomputes the force under autocast too;
     the gradients are those of the stored graph up to bfloat16 rounding."""
     torch.manual_seed(0)
-    model = WavyDIFFormer(5, 16, 3, num_layers=4, residual="leapfrog", source=True, dropout=0.0).train()
+    model = recipe(5, 16, 3, num_layers=4, residual="leapfrog", source=True, dropout=0.0).train()
     x = _x(torch.float32)
     grads = []
     for reversible in (False, True):

@@ -66,6 +66,11 @@ class Stepper(nn.Module):
     * ``invertible`` (default :obj:`False`): the kind has an
       ``inverse(x, v, force_fn, tau)`` that rebuilds a step's input from
       its output, which ``reversible=True`` needs (``leapfrog``).
+    * ``default_tau`` (default ``0.5``) and ``default_options`` (default
+      ``{}``): the step size and options the model takes for
+      ``tau=None`` and ``residual_options=None``
+      (:data:`~wavygraph.nn.model_args.RECIPE_ARGS`), chosen by validation
+      accuracy in the usual PyG loop (docs/benchmarks.md).
 
     Args:
         channels (int): number of channels ``C`` of the state.
@@ -76,6 +81,8 @@ class Stepper(nn.Module):
     v_is_derivative = True
     pre_norm = False
     invertible = False
+    default_tau = 0.5
+    default_options: dict = {}
 
     def __init__(self, channels: int, tau: float = 0.5):
         super().__init__()

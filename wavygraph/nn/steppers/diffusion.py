@@ -15,6 +15,8 @@ class DiffusionStepper(Stepper):
         - **output:** state ``x (N, C)``
     """
 
+    default_tau = 1.0
+
     @staticmethod
     def update(x, v, force, tau, lam):
         return torch.add(x, force, alpha=tau), None

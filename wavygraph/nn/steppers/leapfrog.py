@@ -66,14 +66,15 @@ class LeapfrogStepper(WaveStepper):
 
     Class attributes the model reads:
 
-    * ``pre_norm = True``: :class:`~wavygraph.nn.WavyDIFFormer` applies the
-      layer's ``norms[l]`` (and ``ffn_norms[l]``) to :math:`X` inside the
-      force and nothing after the step: no post-step norm, the FFN adds to
-      the force, the per-layer dropout acts inside the force
-      (``dropout_at="state"``: on :math:`Z` and the FFN's input, RevGNN's
-      place; ``"force"``: on the attention output and the FFN's output), with
-      masks drawn from a seed per forward pass so that a recomputation
-      draws the same ones. A final norm precedes the output layer.
+    * ``pre_norm = True``: the model builds its layers as
+      :class:`~wavygraph.nn.layer.PreNormLayer`, which applies the layer's
+      norm (and the FFN's) to :math:`X` inside the force and nothing after
+      the step: no post-step norm, the FFN adds to the force, the per-layer
+      dropout acts inside the force (``dropout_at="state"``: on :math:`Z`
+      and the FFN's input, RevGNN's place; ``"force"``: on the attention
+      output and the FFN's output), with masks drawn from a seed per
+      forward pass so that a recomputation draws the same ones. A final
+      norm precedes the output layer.
     * ``invertible = True``: :meth:`inverse` exists; the kinds with it are
       the ones ``reversible=True`` accepts.
 
@@ -87,6 +88,7 @@ class LeapfrogStepper(WaveStepper):
 
     second_order = True
     pre_norm = True
+    default_tau = 0.5
     invertible = True
 
     @staticmethod

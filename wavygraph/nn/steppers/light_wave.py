@@ -143,6 +143,7 @@ class LightWaveStepper(LearnableLamStepper):
     """
 
     second_order = True
+    default_tau = 1.0
     v_is_derivative = False
 
     def init(self, x: Tensor) -> StepState:

@@ -74,6 +74,7 @@ class JointLightWaveStepper(LearnableLamStepper):
     """
 
     second_order = True
+    default_tau = 0.5
     default_lam0 = 1.0 / (1.0 + math.exp(-2.0))
 
     @staticmethod

@@ -26,6 +26,9 @@ class MixStepper(LearnableLamStepper):
     """
 
     second_order = True
+    default_tau = 1.0
+    #: lam0 0.1 kept ``mix`` at GCN level at 4 layers where its own 0.5 did not (docs/benchmarks.md)
+    default_options = {"lam0": 0.1}
 
     @staticmethod
     def update(x, v, force, tau, lam):

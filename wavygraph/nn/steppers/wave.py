@@ -18,6 +18,7 @@ class WaveStepper(Stepper):
     """
 
     second_order = True
+    default_tau = 0.5
 
     @staticmethod
     def update(x, v, force, tau, lam):
