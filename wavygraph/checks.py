@@ -16,7 +16,7 @@ every error keeps naming its own argument and fix:
 from __future__ import annotations
 
 import argparse
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -59,3 +59,18 @@ class OneLineParser(argparse.ArgumentParser):
     def error(self, message: str):
         command = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""
         self.exit(2, f"wavygraph: error: {command}{message}; see {self.prog} --help\n")
+
+
+def split_options(args: argparse.Namespace, prog: str,
+                  add_options: Callable[..., None]) -> argparse.Namespace:
+    """``args`` with the options that came after the positional file parsed
+    (argparse leaves them in ``args.overrides`` with the ``key=value`` items,
+    :data:`argparse.REMAINDER`): ``add_options(parser, defaults=False)``
+    declares them, and a bad one is a one-line :class:`OneLineParser` error."""
+    inner = OneLineParser(prog=prog, add_help=False)
+    inner.add_argument("overrides", nargs="*")
+    add_options(inner, defaults=False)
+    rest = inner.parse_intermixed_args(list(args.overrides or []))
+    merged = vars(args).copy()
+    merged.update(vars(rest))
+    return argparse.Namespace(**merged)

@@ -156,6 +156,33 @@ def publish_dir(tmp: str | os.PathLike, final: str | os.PathLike, replace: bool 
     shutil.rmtree(aside, ignore_errors=True)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists on this host (one of another user
+    counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def read_yaml(path: str, what: str, error: Callable[[str], Exception]) -> Any:
+    """The YAML document in ``path`` (``None`` when empty); a missing file or
+    bad YAML raises ``error(one line)`` naming the file (``what``: "sweep
+    file", "space file", ...)."""
+    import yaml
+
+    if not os.path.isfile(path):
+        raise error(f"{what} not found: {path}")
+    try:
+        with open(path) as fh:
+            return yaml.safe_load(fh)
+    except yaml.YAMLError as exc:
+        raise error(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+
+
 def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}, "c": 2}`` -> ``{"a.b": 1, "c": 2}`` (a non-dict
     ``tree`` is ``{prefix: tree}``; an empty nested dict leaves no key)."""

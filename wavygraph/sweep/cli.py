@@ -8,7 +8,7 @@ import sys
 import warnings
 from typing import Sequence
 
-from wavygraph.checks import OneLineParser
+from wavygraph.checks import OneLineParser, split_options
 from wavygraph.utils import ignore_import_warnings
 
 from .runner import run_sweep
@@ -47,20 +47,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
-def _split_rest(args: argparse.Namespace) -> argparse.Namespace:
-    """Parse options that came after SWEEP_FILE (argparse leaves them in the
-    overrides with the key=value items)."""
-    inner = OneLineParser(prog="wavygraph sweep", add_help=False)
-    inner.add_argument("overrides", nargs="*")
-    _add_options(inner, defaults=False)
-    rest = inner.parse_intermixed_args(list(args.overrides or []))
-    merged = vars(args).copy()
-    merged.update(vars(rest))
-    return argparse.Namespace(**merged)
-
-
 def command(args: argparse.Namespace) -> int:
-    args = _split_rest(args)
+    args = split_options(args, "wavygraph sweep", _add_options)
     sweep = load_sweep(args.sweep_file, args.overrides)
     index, count = parse_shard(args.shard)
     devices = args.devices.split(",") if args.devices else None

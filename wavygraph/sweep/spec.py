@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from wavygraph.data.fingerprint import content_of, data_fingerprint
 from wavygraph.keys import hashed_config
-from wavygraph.utils import flatten, folder_problem
+from wavygraph.utils import flatten, folder_problem, read_yaml
 
 SWEEP_KEYS = ("base", "grid", "set", "out_dir")
 
@@ -82,13 +82,7 @@ def _check_grid_list(key: str, values: Any) -> list:
 
 def _read_file(path: str) -> Sweep:
     """The sweep file alone (no overrides)."""
-    if not os.path.isfile(path):
-        raise SweepError(f"sweep file not found: {path}")
-    try:
-        with open(path) as fh:
-            raw = yaml.safe_load(fh)
-    except yaml.YAMLError as exc:
-        raise SweepError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    raw = read_yaml(path, "sweep file", SweepError)
     raw = {} if raw is None else raw
     if not isinstance(raw, dict):
         raise SweepError(f"{path}: the top level must be a mapping with keys {', '.join(SWEEP_KEYS)}")

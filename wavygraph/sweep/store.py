@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 from omegaconf import DictConfig, OmegaConf
 
 from wavygraph.folders import CELL_FILE, read_cell, read_manifest
-from wavygraph.utils import atomic_write_json, publish_dir
+from wavygraph.utils import atomic_write_json, pid_alive, publish_dir
 
 from .spec import Cell, Sweep, SweepError
 
@@ -42,16 +42,6 @@ def is_done(out_dir: str | os.PathLike, h: str) -> bool:
     return (cell_dir(out_dir, h) / CELL_FILE).is_file()
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_stale(out_dir: str | os.PathLike, hashes: Sequence[str] | None = None) -> int:
     """Remove the temporary folders of this host's dead processes (and any of
     a cell already complete), optionally only of the given cells. Returns
@@ -67,7 +57,7 @@ def clean_stale(out_dir: str | os.PathLike, hashes: Sequence[str] | None = None)
         if len(parts) < 4 or (wanted is not None and parts[0] not in wanted):
             continue
         h, token, pid = parts[0], ".".join(parts[1:-2]), parts[-2]
-        stale = is_done(out_dir, h) or (token == host and pid.isdigit() and not _pid_alive(int(pid)))
+        stale = is_done(out_dir, h) or (token == host and pid.isdigit() and not pid_alive(int(pid)))
         if stale:
             shutil.rmtree(entry, ignore_errors=True)
             removed += 1

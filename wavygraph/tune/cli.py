@@ -9,6 +9,8 @@ import json
 import os
 import time
 
+from wavygraph.checks import split_options
+
 PRUNERS = ("median", "hyperband", "none")
 
 
@@ -54,16 +56,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     _add_options(p)
     p.set_defaults(func=command)
     return p
-
-
-def _split_rest(args: argparse.Namespace) -> argparse.Namespace:
-    inner = argparse.ArgumentParser(prog="wavygraph tune", add_help=False)
-    inner.add_argument("overrides", nargs="*")
-    _add_options(inner, defaults=False)
-    rest = inner.parse_intermixed_args(list(args.overrides or []))
-    merged = vars(args).copy()
-    merged.update(vars(rest))
-    return argparse.Namespace(**merged)
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -143,7 +135,7 @@ def command(args: argparse.Namespace) -> int:
     from .study import tune
     from .trial import parse_seeds
 
-    args = _split_rest(args)
+    args = split_options(args, "wavygraph tune", _add_options)
     seeds = parse_seeds(args.final_seeds)
     spec, signature = build_spec(args)
     devices = [d for d in (args.devices or "").split(",") if d]

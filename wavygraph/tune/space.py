@@ -26,9 +26,8 @@ import typing
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, Sequence
 
-import yaml
-
 from wavygraph.config import Config, ConfigError, load_config
+from wavygraph.utils import read_yaml
 
 DIST_TYPES = ("float", "int", "categorical")
 _DIST_FIELDS = {"float": {"low", "high", "log", "step"}, "int": {"low", "high", "log", "step"},
@@ -195,13 +194,7 @@ def _check_distribution(key: str, d: dict) -> dict:
 
 
 def _read(path: str) -> dict:
-    if not os.path.isfile(path):
-        raise SpaceError(f"space file not found: {path}")
-    try:
-        with open(path) as fh:
-            raw = yaml.safe_load(fh)
-    except yaml.YAMLError as exc:
-        raise SpaceError(f"cannot read {path}: {str(exc).splitlines()[0]}") from None
+    raw = read_yaml(path, "space file", SpaceError)
     if not isinstance(raw, dict) or not raw:
         raise SpaceError(f"{path}: a space is a mapping of config keys to distributions")
     return raw

@@ -28,6 +28,8 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
+from wavygraph import utils
+
 from .space import SpaceError
 
 STUDY_DB = "study.db"
@@ -118,12 +120,10 @@ def process_token(pid: int) -> str:
 
 
 def pid_alive(pid: int, token: str = "") -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    """Whether process ``pid`` runs on this host and, given its start
+    ``token``, is the same process (not a later one with a reused pid)."""
+    if not utils.pid_alive(pid):
         return False
-    except PermissionError:
-        return True
     return not token or not process_token(pid) or process_token(pid) == token
 
 
