@@ -9,6 +9,7 @@ sweeps with different ``set:`` into one folder, say) gets its own column
 and splits the tables, as a grid key does (:func:`model_keys`)."""
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Sequence
