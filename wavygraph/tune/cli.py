@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 
@@ -57,7 +58,9 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _split_rest(args: argparse.Namespace) -> argparse.Namespace:
-    inner = argparse.ArgumentParser(prog="wavygraph tune", add_help=False)
+    from wavygraph.checks import OneLineParser
+
+    inner = OneLineParser(prog="wavygraph tune", add_help=False)  # usage errors in one line, exit 2
     inner.add_argument("overrides", nargs="*")
     _add_options(inner, defaults=False)
     rest = inner.parse_intermixed_args(list(args.overrides or []))
@@ -74,8 +77,8 @@ def _check_args(args: argparse.Namespace) -> None:
     for name, value in (("--trials", args.trials), ("--jobs", args.jobs)):
         if value < 1:
             raise SpaceError(f"{name} must be >= 1, got {value}")
-    if args.timeout is not None and args.timeout <= 0:
-        raise SpaceError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise SpaceError(f"--timeout must be > 0 seconds and finite (leave it out for no limit), got {args.timeout}")
     if args.warmup is not None and args.warmup < 0:
         raise SpaceError(f"--warmup must be >= 0 epochs, got {args.warmup}")
     if args.pruner_startup < 0:
@@ -89,10 +92,15 @@ TUNE_FILES = ("tune.json", ".tune.lock", "study.db", "study.db-journal", "trials
 
 def _check_out_dir(out_dir: str, storage: str) -> None:
     """An existing ``out_dir`` must be a tune folder (or empty, or hold the study's storage file)."""
+    from wavygraph.utils import folder_problem
+
     from .space import SpaceError
 
     if os.path.isfile(out_dir):
         raise SpaceError(f"out_dir {out_dir} is a file; name a folder")
+    problem = folder_problem(out_dir, "out_dir")  # under a file, not writable
+    if problem:
+        raise SpaceError(problem)
     if not os.path.isdir(out_dir) or os.path.isfile(os.path.join(out_dir, "tune.json")):
         return
     own = os.path.basename(storage.split(":", 1)[1] if storage.startswith("journal:") else storage)
@@ -100,6 +108,20 @@ def _check_out_dir(out_dir: str, storage: str) -> None:
     if other:
         raise SpaceError(f"out_dir {out_dir} holds {other[0]!r} and no tune.json (not a tune folder); "
                          "use a new out_dir")
+
+
+def _check_devices_and_data(base, devices: str | None) -> None:
+    """The devices and the base config's data, checked once before anything is
+    written (as a sweep does): otherwise every trial would fail alike."""
+    from wavygraph.train.env import resolve_device
+    from wavygraph.train.run_state import load_data
+
+    for name in [d for d in (devices or "").split(",") if d] or [base.train.device]:
+        try:
+            resolve_device(name)
+        except ValueError as exc:
+            raise type(exc)(f"--devices: {exc}" if devices else str(exc)) from None
+    load_data(base.data)
 
 
 def build_spec(args: argparse.Namespace):
@@ -121,8 +143,9 @@ def build_spec(args: argparse.Namespace):
     base = load_config(args.config, space.fixed_overrides() + overrides)
     out_dir = str(base.out_dir)
     storage = args.storage or default_storage(out_dir)
-    check_storage_url(storage)
+    check_storage_url(storage, given=bool(args.storage))
     _check_out_dir(out_dir, storage)
+    _check_devices_and_data(base, args.devices)
     epochs = int(base.train.epochs)
     given = {o.split("=", 1)[0] for o in overrides} | set(space.fixed)
     spec = TuneSpec(
