@@ -160,6 +160,31 @@ def test_cli_checks_paths_and_base_data_before_writing(tmp_path, capsys):
         assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+def test_a_study_on_a_changed_graph_file_is_refused(tmp_path, capsys):
+    """The graph file's content is part of the study: resumed on another version, its trials would mix."""
+    import torch
+    from torch_geometric.data import Data
+
+    def save(seed):
+        g = torch.Generator().manual_seed(seed)
+        mask = torch.arange(30)
+        torch.save(Data(x=torch.randn(30, 3, generator=g), edge_index=torch.randint(0, 30, (2, 60), generator=g),
+                        y=mask % 2, train_mask=mask < 15, val_mask=(mask >= 15) & (mask < 22), test_mask=mask >= 22),
+                   tmp_path / "g.pt")
+
+    save(0)
+    argv = ["tune", CSBM, *SMALL, "data.name=file", f"data.path={tmp_path / 'g.pt'}", f"out_dir={tmp_path / 'study'}",
+            "--space", write(tmp_path, GOOD), "--trials", "1", "--no-progress", "--pruner", "none"]
+    assert main(argv) == 0
+    save(1)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("wavygraph: error: ") and "\n" not in err and "another version of the graph file" in err
+    save(0)
+    assert main(argv) == 0  # the same content again: the study goes on
+
+
 def test_cli_refuses_a_folder_that_is_not_a_tune_folder(tmp_path, capsys):
     out = tmp_path / "run"
     out.mkdir()

@@ -127,6 +127,7 @@ def _check_devices_and_data(base, devices: str | None) -> None:
 def build_spec(args: argparse.Namespace):
     """Check the arguments, the space and the base config; returns ``(spec, signature)``.
     Nothing is written."""
+    from wavygraph.data.fingerprint import content_of, data_fingerprint
     from wavygraph.sweep.spec import cell_hash
 
     from omegaconf import OmegaConf
@@ -157,8 +158,11 @@ def build_spec(args: argparse.Namespace):
         diagnostics=bool(base.train.diagnostics) if "train.diagnostics" in given else False,
         extra={"epochs": epochs},
     )
-    signature = {"base": cell_hash(OmegaConf.to_container(base, resolve=True)), "params": space.params,
-                 "fixed": space.fixed}
+    resolved = OmegaConf.to_container(base, resolve=True)
+    signature = {"base": cell_hash(resolved), "params": space.params, "fixed": space.fixed}
+    files = content_of(data_fingerprint(resolved.get("data")))
+    if files:  # a graph file's content: a study resumed on another version of it would mix its trials
+        signature["data"] = files
     return spec, signature
 
 

@@ -121,6 +121,10 @@ def open_study(storage, name: str, signature: dict | None, create: bool) -> optu
         study.set_user_attr("search", signature)
     elif held != signature:
         differ = sorted(k for k in set(held) | set(signature) if held.get(k) != signature.get(k))
+        if differ == ["data"]:
+            files = ", ".join(f"data.{k}" for k in sorted(set(held.get("data") or {}) | set(signature["data"] or {})))
+            raise SpaceError(f"study {name!r} was started on another version of the graph file ({files}); restore "
+                             "that file, or use another out_dir or --study-name for the new data")
         raise SpaceError(f"study {name!r} in the storage holds another search ({', '.join(differ)} differ); "
                          "use another out_dir or --study-name, or the command that started it")
     return study
