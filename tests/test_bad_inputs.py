@@ -153,6 +153,7 @@ CASES = [
     ("negative epochs", ["train", *CSBM, "train.epochs=-1"], "train.epochs"),
     ("fractional epochs", ["train", *CSBM, "train.epochs=1.5"], "train.epochs"),
     ("override without =", ["train", *CSBM, "foo"], "key=value"),
+    ("train unknown option after an override", ["train", *CSBM, "--bogus"], "unrecognized arguments: --bogus"),
     ("unknown data set", ["train", *CSBM, "data.name=nonexistent"], "unknown data set"),
     ("unknown residual", ["train", *CSBM, "model.residual=bogus"], "model.residual"),
     ("missing plugin", ["train", *CSBM, "imports=[no_such_module_xyz]"], "no_such_module_xyz"),

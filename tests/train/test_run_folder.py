@@ -76,6 +76,9 @@ def test_overwrite_replaces_the_run_when_it_ends(tmp_path, capsys):
     assert sorted(after) == sorted(before) and after["model.pt"] != before["model.pt"]
     assert "seed: 1" in after["config.yaml"].decode() and f"out_dir: {out}" in after["config.yaml"].decode()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # no work or replaced folder left
+    # options may come between the overrides, as for sweep and tune
+    assert cli.main(["train", *SMALL, "--overwrite", "train.epochs=2", f"out_dir={out}"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["epochs"] == 2
 
 
 def test_out_dir_problems_are_one_line_and_write_nothing(tmp_path, capsys):

@@ -17,14 +17,35 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--overwrite or --resume.",
     )
     parser.add_argument("config", nargs="?", default=None, help="YAML config file (optional)")
-    parser.add_argument("overrides", nargs="*", default=[], help="key=value overrides, e.g. model.num_layers=8")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the checkpoint.pt of an interrupted run (kept in .NAME.partial "
-                             "beside out_dir) or of out_dir (same as train.resume=true)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the run in out_dir when this run ends (it stays untouched until then)")
+    # key=value overrides mixed with options: collected here, split in main()
+    parser.add_argument("overrides", nargs=argparse.REMAINDER, default=[],
+                        help="key=value overrides, e.g. model.num_layers=8")
+    _add_options(parser)
     parser.set_defaults(func=main)
     return parser
+
+
+def _add_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+    d = False if defaults else argparse.SUPPRESS
+    parser.add_argument("--resume", action="store_true", default=d,
+                        help="continue from the checkpoint.pt of an interrupted run (kept in .NAME.partial "
+                             "beside out_dir) or of out_dir (same as train.resume=true)")
+    parser.add_argument("--overwrite", action="store_true", default=d,
+                        help="replace the run in out_dir when this run ends (it stays untouched until then)")
+
+
+def _split_rest(args: argparse.Namespace) -> argparse.Namespace:
+    """Parse options that came after CONFIG or an override (argparse leaves
+    them in the overrides with the key=value items)."""
+    from wavygraph.checks import OneLineParser
+
+    inner = OneLineParser(prog="wavygraph train", add_help=False)
+    inner.add_argument("overrides", nargs="*")
+    _add_options(inner, defaults=False)
+    rest = inner.parse_intermixed_args(list(args.overrides or []))
+    merged = vars(args).copy()
+    merged.update(vars(rest))
+    return argparse.Namespace(**merged)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -34,6 +55,7 @@ def main(args: argparse.Namespace) -> int:
     from wavygraph.utils import dumps_json
     from wavygraph.train.loop import NonFiniteLossError
 
+    args = _split_rest(args)
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
         config, overrides = None, [config] + overrides
