@@ -76,6 +76,8 @@ GRAPHS = {
     "y_short.pt": _graph(y=torch.arange(5)),
     "y_fraction.pt": _graph(y=torch.arange(N) % 3 + 0.5),
     "masks_short.pt": _graph(train_mask=_mask(0, 12)[:5]),
+    "mask_half.pt": _graph(val_mask=_mask(12, 18).float() * 0.5),
+    "mask_01.pt": _graph(train_mask=_mask(0, 12).long(), val_mask=_mask(12, 18).float()),
     "x_3d.pt": _graph(x=torch.randn(N, 2, 2)),
     "two_splits.pt": _graph(train_mask=torch.stack([_mask(0, 12)] * 2, 1), val_mask=torch.stack([_mask(12, 18)] * 2, 1),
                             test_mask=torch.stack([_mask(18, N)] * 2, 1)),
@@ -102,6 +104,9 @@ GRAPHS = {
                      "data.csbm.num_nodes: 200, train.epochs: 1}\nout_dir: sw_corrupt\n",
     "sw_corrupt/sweep.json": "{not json",
     "sw_list/sweep.json": "[]",
+    "a_run/metrics.json": "{}",
+    "a_study/tune.json": "{}",
+    "sw_nocells/sweep.json": "{}",
     "rep_text/cells/0123/cell.json": "{not json",
     "rep_list/cells/0123/cell.json": "[]",
     "rep_keys/cells/0123/cell.json": json.dumps({"hash": "0123"}),
@@ -126,6 +131,7 @@ CASES = [
     ("edge out of range", ["train", *FILE, "data.path=edges_out.pt"], f"node {N + 5}"),
     ("labels too few", ["train", *FILE, "data.path=y_short.pt"], "one label per node"),
     ("fractional labels", ["train", *FILE, "data.path=y_fraction.pt"], "integers"),
+    ("mask of 0.5", ["train", *FILE, "data.path=mask_half.pt"], "val_mask holds 0.5"),
     ("mask too short", ["train", *FILE, "data.path=masks_short.pt"], "one entry per node"),
     ("x 3-D", ["train", *FILE, "data.path=x_3d.pt"], "features have shape"),
     ("split out of range", ["train", *FILE, "data.path=two_splits.pt", "data.split=5"], "data.split=5"),
@@ -147,6 +153,7 @@ CASES = [
     ("negative epochs", ["train", *CSBM, "train.epochs=-1"], "train.epochs"),
     ("fractional epochs", ["train", *CSBM, "train.epochs=1.5"], "train.epochs"),
     ("override without =", ["train", *CSBM, "foo"], "key=value"),
+    ("train unknown option after an override", ["train", *CSBM, "--bogus"], "unrecognized arguments: --bogus"),
     ("unknown data set", ["train", *CSBM, "data.name=nonexistent"], "unknown data set"),
     ("unknown residual", ["train", *CSBM, "model.residual=bogus"], "model.residual"),
     ("missing plugin", ["train", *CSBM, "imports=[no_such_module_xyz]"], "no_such_module_xyz"),
@@ -178,6 +185,10 @@ CASES = [
     ("sweep corrupted sweep.json", ["sweep", "sweep_ok.yaml", "--no-progress"], "sweep.json is corrupted"),
     ("sweep sweep.json a list", ["sweep", "sweep_ok.yaml", "out_dir=sw_list", "--no-progress"],
      "sweep.json is corrupted"),
+    ("sweep sweep.json without cells", ["sweep", "sweep_ok.yaml", "out_dir=sw_nocells", "--no-progress"],
+     "its 'cells' is missing"),
+    ("sweep into a train run", ["sweep", "sweep_ok.yaml", "out_dir=a_run", "--no-progress"], "holds a train run"),
+    ("sweep into a tune study", ["sweep", "sweep_ok.yaml", "out_dir=a_study", "--no-progress"], "holds a tune study"),
     ("sweep devices mps", ["sweep", "sweep_ok.yaml", "out_dir=sw_new", "--devices", "mps", "--no-progress"],
      "--devices"),
     ("sweep device tpu", ["sweep", "sweep_ok.yaml", "out_dir=sw_new", "train.device=tpu", "--no-progress"],
@@ -291,6 +302,16 @@ def test_check_data_refuses_empty_and_overlapping_parts(over, needle):
     with pytest.raises(InvalidDataError) as err:
         check_data(*_data(**over))
     assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_masks_of_ones_and_zeros_are_masks(inputs, capsys, monkeypatch, tmp_path):
+    """Integer or float 0/1 masks are read as the boolean masks they mean."""
+    import shutil
+
+    shutil.copy(inputs / "mask_01.pt", tmp_path / "mask_01.pt")
+    code, err = _run(["train", *FILE, "data.path=mask_01.pt"], tmp_path, capsys, monkeypatch)
+    assert code == 0, err
+    assert (tmp_path / "out" / "metrics.json").is_file()
 
 
 def test_class_count_bound():

@@ -98,3 +98,16 @@ def test_broken_subcommand_module_is_not_hidden(monkeypatch, tmp_path):
 def test_no_command_prints_help(capsys):
     assert cli.main([]) == 2
     assert "train" in capsys.readouterr().err
+
+
+def test_a_closed_stdout_pipe_is_no_traceback(monkeypatch, capsys):
+    """`wavygraph sweep ... | head`: the reader goes, the next print raises BrokenPipeError."""
+    import wavygraph.report.cli as report_cli
+
+    def broken(args):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(report_cli, "command", broken)
+    monkeypatch.setattr(os, "dup2", lambda fd, fd2: None)  # pytest's captured stdout stays as it is
+    assert cli.main(["report", "somewhere"]) == 141
+    assert "Traceback" not in capsys.readouterr().err

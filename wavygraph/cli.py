@@ -58,6 +58,13 @@ def _main(argv: list[str] | None) -> int:
     except KeyboardInterrupt:
         print("wavygraph: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout has gone (e.g. `| head`): stop quietly, as a filter does
+        import contextlib
+        import os
+
+        with contextlib.suppress(OSError, ValueError):  # Python's flush at exit would raise again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -57,6 +57,6 @@ def read_manifest(out_dir: str | os.PathLike) -> dict | None:
     fix = (f"move it away (the finished cells under {Path(out_dir) / 'cells'} are kept) and rerun the sweep, "
            "which writes a new one")
     manifest = _read_json(path, "an object with a list of cells", fix)
-    if not isinstance(manifest.get("cells", []), list):
-        raise CorruptFileError(f"{path} is corrupted (its 'cells' is not a list); {fix}")
+    if not isinstance(manifest.get("cells"), list):  # every sweep writes it, an empty one too
+        raise CorruptFileError(f"{path} is corrupted (its 'cells' is missing or not a list); {fix}")
     return manifest

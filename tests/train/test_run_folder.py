@@ -76,6 +76,9 @@ def test_overwrite_replaces_the_run_when_it_ends(tmp_path, capsys):
     assert sorted(after) == sorted(before) and after["model.pt"] != before["model.pt"]
     assert "seed: 1" in after["config.yaml"].decode() and f"out_dir: {out}" in after["config.yaml"].decode()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r"]  # no work or replaced folder left
+    # options may come between the overrides, as for sweep and tune
+    assert cli.main(["train", *SMALL, "--overwrite", "train.epochs=2", f"out_dir={out}"]) == 0
+    assert json.loads((out / "metrics.json").read_text())["epochs"] == 2
 
 
 def test_out_dir_problems_are_one_line_and_write_nothing(tmp_path, capsys):
@@ -130,9 +133,11 @@ def test_interrupted_run_keeps_out_dir_and_its_checkpoint_for_resume(tmp_path, c
     assert cli.main(args + ["--resume"]) == 2  # it would replace the finished run: --overwrite says so
     assert "would replace" in _one_line_error(capsys)
     assert _files(out) == before
+    (work / ".checkpoint.pt.x1y2z3.tmp").write_bytes(b"half")  # a checkpoint write that kill -9 cut short
     assert cli.main(args + ["--resume", "--overwrite"]) == 0
     assert "resuming" in capsys.readouterr().err and not work.exists()
     assert json.loads((out / "metrics.json").read_text())["epochs"] == 4
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "config.yaml", "metrics.json", "model.pt"]
 
 
 def test_leftover_without_checkpoint_is_discarded_and_a_live_run_is_refused(tmp_path, capsys):

@@ -111,6 +111,14 @@ GOOD = {"train.lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}}
     (GOOD, ["--final-seeds", "0,x"], "--final-seeds must be comma-separated integers"),
     (GOOD, ["--final-seeds", "1,1"], "distinct"),
     (GOOD, ["--storage", "nonsense"], "neither an SQLAlchemy URL"),
+    (GOOD, ["--timeout", "nan"], "--timeout must be > 0 seconds and finite"),
+    (GOOD, ["--final-seeds", ""], "--final-seeds must list distinct integers"),
+    (GOOD, ["--trials", "x"], "argument --trials: invalid int value"),
+    (GOOD, ["--pruner", "bogus"], "argument --pruner: invalid choice"),
+    (GOOD, ["--storage", "garbage://x"], "cannot open --storage garbage://x"),
+    (GOOD, ["--storage", "sqlite:////nonexistent_dir_xyz/sub/x.db"], "the folder /nonexistent_dir_xyz/sub does not"),
+    (GOOD, ["--devices", "cuda:99"], "--devices: train.device='cuda:99'"),
+    (GOOD, ["train.device=tpu"], "train.device='tpu'"),
     (GOOD, ["model.nope=1"], "unknown config key"),
     (None, [], "--space SPACE.yaml is required"),
 ])
@@ -119,10 +127,62 @@ def test_cli_bad_input_one_line_exit_2_nothing_written(tmp_path, capsys, space, 
     argv = ["tune", CSBM, *SMALL, f"out_dir={out}", *args]
     if space is not None:
         argv += ["--space", write(tmp_path, space)]
-    assert main(argv) == 2
+    try:
+        code = main(argv)
+    except SystemExit as exc:  # argparse's errors (one line through OneLineParser)
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("wavygraph: error: ") and "\n" not in err and message.split("*")[0].strip("\\") in err
     assert not out.exists()
+
+
+def test_cli_checks_paths_and_base_data_before_writing(tmp_path, capsys):
+    """out_dir or a journal under a file, and base data every trial would fail on: one line, nothing written."""
+    import torch
+    from torch_geometric.data import Data
+
+    (tmp_path / "a_file").write_text("x")
+    mask = torch.zeros(8, dtype=torch.bool)
+    torch.save(Data(x=torch.randn(8, 2), edge_index=torch.zeros(2, 0, dtype=torch.long), y=torch.arange(8) % 2,
+                    train_mask=~mask, val_mask=mask, test_mask=mask), tmp_path / "g.pt")
+    space = write(tmp_path, GOOD)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    for args, message in [
+        ([f"out_dir={tmp_path / 'a_file' / 'study'}"], "a_file is a file, so no folder can be made under it"),
+        (["--storage", f"journal:{tmp_path / 'a_file' / 'j.log'}"], "a_file is a file, not a folder"),
+        (["data.name=file", f"data.path={tmp_path / 'g.pt'}"], "val_mask selects no node"),
+    ]:
+        argv = ["tune", CSBM, *SMALL, f"out_dir={tmp_path / 'study'}", "--space", space, *args]
+        assert main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("wavygraph: error: ") and "\n" not in err and message in err, err
+        assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_study_on_a_changed_graph_file_is_refused(tmp_path, capsys):
+    """The graph file's content is part of the study: resumed on another version, its trials would mix."""
+    import torch
+    from torch_geometric.data import Data
+
+    def save(seed):
+        g = torch.Generator().manual_seed(seed)
+        mask = torch.arange(30)
+        torch.save(Data(x=torch.randn(30, 3, generator=g), edge_index=torch.randint(0, 30, (2, 60), generator=g),
+                        y=mask % 2, train_mask=mask < 15, val_mask=(mask >= 15) & (mask < 22), test_mask=mask >= 22),
+                   tmp_path / "g.pt")
+
+    save(0)
+    argv = ["tune", CSBM, *SMALL, "data.name=file", f"data.path={tmp_path / 'g.pt'}", f"out_dir={tmp_path / 'study'}",
+            "--space", write(tmp_path, GOOD), "--trials", "1", "--no-progress", "--pruner", "none"]
+    assert main(argv) == 0
+    save(1)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("wavygraph: error: ") and "\n" not in err and "another version of the graph file" in err
+    save(0)
+    assert main(argv) == 0  # the same content again: the study goes on
 
 
 def test_cli_refuses_a_folder_that_is_not_a_tune_folder(tmp_path, capsys):

@@ -104,6 +104,11 @@ def _given_masks(masks: Sequence[Optional[Tensor]], n: int, split: int, name: st
     if any(m.shape[0] != n or m.dim() not in (1, 2) for m in masks):
         shapes = ", ".join(str(tuple(m.shape)) for m in masks)
         raise InvalidDataError(f"{name}: the masks must have one entry per node ({n}), got {shapes}")
+    for key, m in zip(MASKS, masks):  # m.bool() would make any nonzero value (0.5, 2, NaN) a member
+        if m.dtype != torch.bool and not bool(((m == 0) | (m == 1)).all()):
+            odd = m[(m != 0) & (m != 1)].flatten()[0].item()
+            raise InvalidDataError(f"{name}: {key} holds {odd}; a mask holds True/False (or 1/0) per node: save "
+                                   "a boolean tensor")
     count = masks[0].shape[1] if masks[0].dim() == 2 else 1
 
     def too_few(count: int) -> InvalidDataError:

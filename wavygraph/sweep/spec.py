@@ -138,6 +138,11 @@ def load_sweep(path: str, overrides: Sequence[str] = ()) -> Sweep:
     problem = folder_problem(sweep.out_dir, "out_dir")  # a file, under a file, not writable
     if problem:
         raise SweepError(problem)
+    held = [f for f in ("tune.json", "metrics.json", "model.pt", "checkpoint.pt")
+            if os.path.isfile(os.path.join(sweep.out_dir, f))]
+    if held:  # its cells would be mixed into another command's folder
+        what = "a tune study" if held[0] == "tune.json" else "a train run"
+        raise SweepError(f"out_dir={sweep.out_dir} holds {what} ({held[0]}), not a sweep; choose another out_dir")
     return sweep
 
 

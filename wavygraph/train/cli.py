@@ -17,23 +17,32 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--overwrite or --resume.",
     )
     parser.add_argument("config", nargs="?", default=None, help="YAML config file (optional)")
-    parser.add_argument("overrides", nargs="*", default=[], help="key=value overrides, e.g. model.num_layers=8")
-    parser.add_argument("--resume", action="store_true",
-                        help="continue from the checkpoint.pt of an interrupted run (kept in .NAME.partial "
-                             "beside out_dir) or of out_dir (same as train.resume=true)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the run in out_dir when this run ends (it stays untouched until then)")
+    # key=value overrides mixed with options: collected here, split in main()
+    parser.add_argument("overrides", nargs=argparse.REMAINDER, default=[],
+                        help="key=value overrides, e.g. model.num_layers=8")
+    _add_options(parser)
     parser.set_defaults(func=main)
     return parser
 
 
+def _add_options(parser: argparse.ArgumentParser, defaults: bool = True) -> None:
+    d = False if defaults else argparse.SUPPRESS
+    parser.add_argument("--resume", action="store_true", default=d,
+                        help="continue from the checkpoint.pt of an interrupted run (kept in .NAME.partial "
+                             "beside out_dir) or of out_dir (same as train.resume=true)")
+    parser.add_argument("--overwrite", action="store_true", default=d,
+                        help="replace the run in out_dir when this run ends (it stays untouched until then)")
+
+
 def main(args: argparse.Namespace) -> int:
+    from wavygraph.checks import split_options
     from wavygraph.config import load_config
     from wavygraph.train import run
     from wavygraph.train.env import resolve_device
     from wavygraph.utils import dumps_json
     from wavygraph.train.loop import NonFiniteLossError
 
+    args = split_options(args, "wavygraph train", _add_options)
     config, overrides = args.config, list(args.overrides)
     if config is not None and "=" in config and not config.endswith((".yaml", ".yml")):
         config, overrides = None, [config] + overrides

@@ -167,6 +167,10 @@ def _claim(folder: RunFolder) -> int | None:
     if fd is None:
         raise ConfigError(f"another run started writing into out_dir={folder.out_dir} (in {work}); wait for it to "
                           "end or choose another out_dir")
+    for entry in os.listdir(work):  # an atomic write a killed run left unfinished (utils.atomic_write's temp)
+        if entry.startswith(".") and entry.endswith(".tmp"):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(work, entry))
     return fd
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 
@@ -66,8 +67,8 @@ def _check_args(args: argparse.Namespace) -> None:
     for name, value in (("--trials", args.trials), ("--jobs", args.jobs)):
         if value < 1:
             raise SpaceError(f"{name} must be >= 1, got {value}")
-    if args.timeout is not None and args.timeout <= 0:
-        raise SpaceError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
+        raise SpaceError(f"--timeout must be > 0 seconds and finite (leave it out for no limit), got {args.timeout}")
     if args.warmup is not None and args.warmup < 0:
         raise SpaceError(f"--warmup must be >= 0 epochs, got {args.warmup}")
     if args.pruner_startup < 0:
@@ -81,10 +82,15 @@ TUNE_FILES = ("tune.json", ".tune.lock", "study.db", "study.db-journal", "trials
 
 def _check_out_dir(out_dir: str, storage: str) -> None:
     """An existing ``out_dir`` must be a tune folder (or empty, or hold the study's storage file)."""
+    from wavygraph.utils import folder_problem
+
     from .space import SpaceError
 
     if os.path.isfile(out_dir):
         raise SpaceError(f"out_dir {out_dir} is a file; name a folder")
+    problem = folder_problem(out_dir, "out_dir")  # under a file, not writable
+    if problem:
+        raise SpaceError(problem)
     if not os.path.isdir(out_dir) or os.path.isfile(os.path.join(out_dir, "tune.json")):
         return
     own = os.path.basename(storage.split(":", 1)[1] if storage.startswith("journal:") else storage)
@@ -94,9 +100,24 @@ def _check_out_dir(out_dir: str, storage: str) -> None:
                          "use a new out_dir")
 
 
+def _check_devices_and_data(base, devices: str | None) -> None:
+    """The devices and the base config's data, checked once before anything is
+    written (as a sweep does): otherwise every trial would fail alike."""
+    from wavygraph.train.env import resolve_device
+    from wavygraph.train.run_state import load_data
+
+    for name in [d for d in (devices or "").split(",") if d] or [base.train.device]:
+        try:
+            resolve_device(name)
+        except ValueError as exc:
+            raise type(exc)(f"--devices: {exc}" if devices else str(exc)) from None
+    load_data(base.data)
+
+
 def build_spec(args: argparse.Namespace):
     """Check the arguments, the space and the base config; returns ``(spec, signature)``.
     Nothing is written."""
+    from wavygraph.data.fingerprint import content_of, data_fingerprint
     from wavygraph.sweep.spec import cell_hash
 
     from omegaconf import OmegaConf
@@ -113,8 +134,9 @@ def build_spec(args: argparse.Namespace):
     base = load_config(args.config, space.fixed_overrides() + overrides)
     out_dir = str(base.out_dir)
     storage = args.storage or default_storage(out_dir)
-    check_storage_url(storage)
+    check_storage_url(storage, given=bool(args.storage))
     _check_out_dir(out_dir, storage)
+    _check_devices_and_data(base, args.devices)
     epochs = int(base.train.epochs)
     given = {o.split("=", 1)[0] for o in overrides} | set(space.fixed)
     spec = TuneSpec(
@@ -126,8 +148,11 @@ def build_spec(args: argparse.Namespace):
         diagnostics=bool(base.train.diagnostics) if "train.diagnostics" in given else False,
         extra={"epochs": epochs},
     )
-    signature = {"base": cell_hash(OmegaConf.to_container(base, resolve=True)), "params": space.params,
-                 "fixed": space.fixed}
+    resolved = OmegaConf.to_container(base, resolve=True)
+    signature = {"base": cell_hash(resolved), "params": space.params, "fixed": space.fixed}
+    files = content_of(data_fingerprint(resolved.get("data")))
+    if files:  # a graph file's content: a study resumed on another version of it would mix its trials
+        signature["data"] = files
     return spec, signature
 
 

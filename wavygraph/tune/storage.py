@@ -45,15 +45,34 @@ def default_storage(out_dir: str) -> str:
     return f"sqlite:///{os.path.abspath(os.path.join(out_dir, STUDY_DB))}"
 
 
-def check_storage_url(url: str) -> None:
-    """A ``--storage`` Optuna can open: ``journal:PATH`` or ``SCHEME://...``."""
+def check_storage_url(url: str, given: bool = True) -> None:
+    """A ``--storage`` Optuna can open: ``journal:PATH`` whose folder can be
+    made, or ``SCHEME://...`` whose database driver loads and, for an SQLite
+    file the user ``given``, whose folder exists. Connects to nothing."""
+    from wavygraph.utils import folder_problem
+
     if url.startswith("journal:"):
         if not url[len("journal:"):]:
             raise SpaceError("--storage journal:PATH needs a file path")
+        problem = folder_problem(os.path.dirname(os.path.abspath(url[len("journal:"):])), "--storage")
+        if problem:
+            raise SpaceError(f"{problem} (the journal file's folder)")
         return
     if not re.match(r"^[a-z][a-z0-9+]*://", url):
         raise SpaceError(f"--storage {url!r} is neither an SQLAlchemy URL (sqlite:///PATH, postgresql://..., "
                          "mysql://...) nor journal:PATH")
+    from sqlalchemy.engine import make_url
+
+    try:
+        parsed = make_url(url)
+        parsed.get_dialect()
+    except Exception as exc:  # an unknown scheme, a driver that is not installed, a malformed URL
+        raise SpaceError(f"cannot open --storage {masked(url)}: {type(exc).__name__}: {exc}") from None
+    if given and parsed.get_backend_name() == "sqlite" and parsed.database not in (None, "", ":memory:"):
+        folder = os.path.dirname(os.path.abspath(parsed.database))
+        if not os.path.isdir(folder):
+            raise SpaceError(f"--storage {masked(url)}: the folder {folder} does not exist; create it or name an "
+                             "SQLite file in an existing folder")
 
 
 def masked(url: str) -> str:
@@ -104,6 +123,10 @@ def open_study(storage, name: str, signature: dict | None, create: bool) -> optu
         study.set_user_attr("search", signature)
     elif held != signature:
         differ = sorted(k for k in set(held) | set(signature) if held.get(k) != signature.get(k))
+        if differ == ["data"]:
+            files = ", ".join(f"data.{k}" for k in sorted(set(held.get("data") or {}) | set(signature["data"] or {})))
+            raise SpaceError(f"study {name!r} was started on another version of the graph file ({files}); restore "
+                             "that file, or use another out_dir or --study-name for the new data")
         raise SpaceError(f"study {name!r} in the storage holds another search ({', '.join(differ)} differ); "
                          "use another out_dir or --study-name, or the command that started it")
     return study

@@ -227,7 +227,7 @@ def parse_seeds(text: str | None) -> list[int]:
     """``--final-seeds 0,1,2`` -> ``[0, 1, 2]`` (distinct integers)."""
     from .space import SpaceError
 
-    if not text:
+    if text is None:
         return []
     try:
         seeds = [int(s) for s in text.split(",") if s.strip() != ""]
