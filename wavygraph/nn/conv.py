@@ -48,8 +48,12 @@ class DIFFormerConv(nn.Module):
     :math:`W_{\mathrm{nbr}}` learnable ``(Dv, Dv)`` matrices of this layer
     (``Dv`` the value size). Both start at :math:`I/2`: the branch starts as
     an average whose weights sum to 1 at every node with neighbours, as
-    GCN's do, so the force ``conv(x) - x`` starts as a diffusion. The blend
-    and the attention are unchanged. The force of a residual
+    GCN's do, so the force ``conv(x) - x`` starts as a diffusion. Without
+    value projection :math:`\bar{V} = X` and these two matrices are the
+    branch's only weights; with ``shared_attention`` in
+    :class:`~wavygraph.nn.WavyDIFFormer` every layer uses the same pair.
+    Edges stay within the graphs of a batch, so the neighbour mean needs no
+    batch vector. The blend and the attention are unchanged. The force of a residual
     stepper is ``conv(x) - x``. The ``simple`` kernel with the global q/k norm
     runs the folded fast path
     :func:`~wavygraph.nn.folded.folded_simple_attention` (same result, the
