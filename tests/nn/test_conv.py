@@ -116,13 +116,14 @@ def test_conv_gradients_and_errors():
 def test_conv_repr():
     assert repr(DIFFormerConv(64)) == (
         "DIFFormerConv(64, heads=1, kernel='simple', qk_norm='global', use_graph=True, graph_weight=None, "
-        "value_proj=True)"
+        "value_proj=True, local='gcn')"
     )
     conv = DIFFormerConv(16, heads=4, kernel="sigmoid", use_graph=False, graph_weight=0.5, value_proj=False)
     assert repr(conv) == (
         "DIFFormerConv(16, heads=4, kernel='sigmoid', qk_norm='none', use_graph=False, graph_weight=0.5, "
-        "value_proj=False)"
+        "value_proj=False, local='gcn')"
     )
+    assert repr(DIFFormerConv(8, local="sep")).endswith("value_proj=True, local='sep')")
 
 
 def test_kernel_default_qk_norm():

@@ -183,7 +183,8 @@ def test_per_kind_defaults_live_on_the_stepper_classes():
 
 @pytest.mark.parametrize("key, value, choices", [("norm", "batch", "'layer', 'pair', 'none'"),
                                                  ("dropout_at", "attention", "'state', 'force'"),
-                                                 ("kernel", "softmax", "'simple', 'sigmoid'")])
+                                                 ("kernel", "softmax", "'simple', 'sigmoid'"),
+                                                 ("local", "sage", "'gcn', 'sep'")])
 def test_one_wording_for_a_bad_choice(key, value, choices):
     with pytest.raises(InputError, match=rf"^unknown {key} '{value}'; choose one of {choices}$"):
         WavyDIFFormer(5, 8, 3, **{key: value})

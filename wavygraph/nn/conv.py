@@ -1,6 +1,7 @@
 """DIFFormer's attention layer: all-pair attention plus a local GCN branch."""
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -8,8 +9,11 @@ from wavygraph.checks import check_positive_int
 
 from .folded import folded_simple_attention
 from .functional import all_pair_attention, resolve_qk_norm
-from .graph import as_adjacency, propagate
-from .validate import check_inputs
+from .graph import as_adjacency, neighbour_mean, propagate
+from .validate import InputError, check_choice, check_inputs
+
+#: The local branch's kinds (the ``local`` argument of :class:`DIFFormerConv`).
+LOCALS = ("gcn", "sep")
 
 
 class DIFFormerConv(nn.Module):
@@ -30,7 +34,26 @@ class DIFFormerConv(nn.Module):
     :math:`\hat{A}_{\mathrm{GCN}}` the symmetric GCN normalisation with
     self-loops of the given edges (the local branch). With
     ``graph_weight=w`` the two terms are blended,
-    :math:`(1-w)\,\mathrm{Attn} + w\,\hat{A}V`. The force of a residual
+    :math:`(1-w)\,\mathrm{Attn} + w\,\hat{A}V`.
+
+    With ``local="sep"`` the local branch keeps a node's own value apart
+    from its neighbours' (the ego / neighbour separation that helps on
+    heterophilous graphs, Platonov et al., ICLR 2023):
+    :math:`\bar{V} W_{\mathrm{ego}}^\top + M \bar{V} W_{\mathrm{nbr}}^\top`
+    instead of :math:`\hat{A}_{\mathrm{GCN}} \bar{V}`, where :math:`\bar{V}`
+    is the head mean of the values (so one pair of weights serves every
+    head), :math:`M` the mean over each node's in-neighbours without itself
+    (:func:`~wavygraph.nn.graph.neighbour_mean`: a node without
+    in-neighbours gets 0 from it) and :math:`W_{\mathrm{ego}}`,
+    :math:`W_{\mathrm{nbr}}` learnable ``(Dv, Dv)`` matrices of this layer
+    (``Dv`` the value size). Both start at :math:`I/2`: the branch starts as
+    an average whose weights sum to 1 at every node with neighbours, as
+    GCN's do, so the force ``conv(x) - x`` starts as a diffusion. Without
+    value projection :math:`\bar{V} = X` and these two matrices are the
+    branch's only weights; with ``shared_attention`` in
+    :class:`~wavygraph.nn.WavyDIFFormer` every layer uses the same pair.
+    Edges stay within the graphs of a batch, so the neighbour mean needs no
+    batch vector. The blend and the attention are unchanged. The force of a residual
     stepper is ``conv(x) - x``. The ``simple`` kernel with the global q/k norm
     runs the folded fast path
     :func:`~wavygraph.nn.folded.folded_simple_attention` (same result, the
@@ -60,6 +83,9 @@ class DIFFormerConv(nn.Module):
         value_proj (bool, optional): project the values; :obj:`False` takes
             ``V = X`` for every head and the local branch (DIFFormer's
             ``--use_weight`` off). (default: :obj:`True`)
+        local (str, optional): the local branch, ``"gcn"`` (GCN propagation
+            of the values) or ``"sep"`` (separate ego and neighbour weights,
+            see above; needs ``use_graph``). (default: ``"gcn"``)
 
     Shapes:
         - **input:** node features ``(N, channels)``, edge indices ``(2, E)``
@@ -80,6 +106,7 @@ class DIFFormerConv(nn.Module):
         head_channels: int | None = None,
         bias: bool = True,
         value_proj: bool = True,
+        local: str = "gcn",
     ):
         super().__init__()
         self.qk_norm = resolve_qk_norm(kernel, qk_norm)
@@ -89,13 +116,21 @@ class DIFFormerConv(nn.Module):
             check_positive_int("head_channels", head_channels)
         if graph_weight is not None and not 0.0 <= float(graph_weight) <= 1.0:
             raise ValueError(f"graph_weight must lie in [0, 1] or be None, got {graph_weight!r}")
+        check_choice("local", local, LOCALS)
+        if local == "sep" and not use_graph:
+            raise InputError("local='sep' needs use_graph=True (it is a kind of local branch)")
         self.channels = channels
         self.heads = heads
         self.kernel = kernel
         self.use_graph = use_graph
         self.graph_weight = graph_weight
         self.value_proj = bool(value_proj)
+        self.local = local
         self.head_channels = channels if head_channels is None else head_channels
+        dv = self.head_channels if self.value_proj else channels
+        # the ego and neighbour weights of local="sep" (none with "gcn": its state_dict is unchanged)
+        self.ego = nn.Parameter(torch.empty(dv, dv)) if local == "sep" else None
+        self.nbr = nn.Parameter(torch.empty(dv, dv)) if local == "sep" else None
         self.qkv = nn.Linear(channels, (3 if self.value_proj else 2) * heads * self.head_channels, bias=bias)
         # projected values of another size are mapped back to channels
         self.out = (
@@ -109,6 +144,10 @@ class DIFFormerConv(nn.Module):
         self.qkv.reset_parameters()
         if self.out is not None:
             self.out.reset_parameters()
+        if self.ego is not None:
+            with torch.no_grad():  # I / 2 each: the branch starts as an average (see the class docstring)
+                for weight in (self.ego, self.nbr):
+                    weight.copy_(torch.eye(weight.shape[0], dtype=weight.dtype, device=weight.device) / 2)
 
     def project(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """q, k ``(N, H, D)`` and v ``(N, H, Dv)`` of ``x``; without value
@@ -133,7 +172,7 @@ class DIFFormerConv(nn.Module):
         if not self.use_graph:
             out = self._global(x, batch, n)
         else:
-            local = propagate(as_adjacency(edge_index, n, x.dtype), self._mean_value(x))  # (N, Dv)
+            local = self._local(as_adjacency(edge_index, n, x.dtype), self._mean_value(x))  # (N, Dv)
             if w is None:
                 out = self._global(x, batch, n) + local
             elif w == 1.0:  # the global branch has weight 0: not computed
@@ -142,6 +181,12 @@ class DIFFormerConv(nn.Module):
                 out = (1.0 - w) * self._global(x, batch, n) + w * local
         out = out.to(x.dtype)
         return out if self.out is None else self.out(out)
+
+    def _local(self, adj: Tensor, v: Tensor) -> Tensor:
+        """The local branch of the head-mean values ``v (N, Dv)``, ``(N, Dv)``."""
+        if self.local == "gcn":
+            return propagate(adj, v)
+        return F.linear(v, self.ego) + F.linear(propagate(neighbour_mean(adj), v), self.nbr)
 
     def _global(self, x: Tensor, batch: Tensor | None, n: int) -> Tensor:
         """The all-pair attention branch, heads averaged, ``(N, Dv)``."""
@@ -154,5 +199,5 @@ class DIFFormerConv(nn.Module):
         return (
             f"{self.__class__.__name__}({self.channels}, heads={self.heads}, "
             f"kernel={self.kernel!r}, qk_norm={self.qk_norm!r}, use_graph={self.use_graph}, "
-            f"graph_weight={self.graph_weight}, value_proj={self.value_proj})"
+            f"graph_weight={self.graph_weight}, value_proj={self.value_proj}, local={self.local!r})"
         )

@@ -1,4 +1,5 @@
-"""The local branch's propagation matrix: GCN normalisation with self-loops."""
+"""The local branch's propagation matrices: GCN normalisation with self-loops,
+and the mean over the in-neighbours derived from it."""
 from __future__ import annotations
 
 import warnings
@@ -47,6 +48,41 @@ def as_adjacency(edge_index: Tensor, num_nodes: int, dtype: torch.dtype = torch.
         - **output:** sparse ``(N, N)``
     """
     return edge_index if edge_index.layout != torch.strided else gcn_adjacency(edge_index, num_nodes, dtype)
+
+
+def neighbour_mean(adj: Tensor) -> Tensor:
+    r"""The mean over each node's in-neighbours without itself, as a sparse
+    ``(N, N)`` matrix :math:`M` with :math:`(M x)_i = \frac{1}{|N(i)|}
+    \sum_{j \in N(i)} x_j`, derived from :func:`gcn_adjacency`'s matrix
+    ``adj`` and cached on it (one build per graph, however many layers read it).
+
+    ``adj`` holds :math:`m_{ij} / \sqrt{d_i d_j}` for the :math:`m_{ij}` edges
+    from :math:`j` to :math:`i \ne j` and :math:`1 / d_i` on its diagonal,
+    with :math:`d_i = 1 + \sum_j m_{ij}`; so :math:`M_{ij} = m_{ij} / (d_i - 1)
+    = \mathrm{adj}_{ij} \sqrt{d_i d_j} / (d_i - 1)`. As in PyG's ``mean``
+    aggregation and the GCN weights, a duplicate edge counts with its
+    multiplicity; self-loops are left out; a node without in-neighbours has
+    an empty row (its mean is 0).
+
+    Shapes:
+        - **input:** adj sparse ``(N, N)`` from :func:`gcn_adjacency`
+        - **output:** sparse CSR ``(N, N)``, ``adj``'s dtype
+    """
+    mean = getattr(adj, "_wavygraph_neighbour_mean", None)
+    if mean is None:
+        coo = adj.to_sparse_coo().coalesce()
+        (row, col), w = coo.indices(), coo.values()
+        n = adj.shape[0]
+        loop = row == col
+        deg = torch.ones(n, dtype=w.dtype, device=w.device)
+        deg[row[loop]] = 1.0 / w[loop]  # d_i from the self-loop's weight 1 / d_i
+        row, col, w = row[~loop], col[~loop], w[~loop]
+        w = w * (deg[row] * deg[col]).sqrt() / (deg[row] - 1.0)
+        with warnings.catch_warnings():  # torch's "sparse CSR is beta" notice
+            warnings.simplefilter("ignore", UserWarning)
+            mean = to_torch_csr_tensor(torch.stack([row, col]), w, size=(n, n), is_coalesced=True)
+        adj._wavygraph_neighbour_mean = mean
+    return mean
 
 
 def propagate(adj: Tensor, x: Tensor) -> Tensor:

@@ -188,7 +188,7 @@ class WavyDIFFormer(MemoryModes, nn.Module):
         self.input = nn.Linear(in_channels, hidden_channels)
         self.input_norm = nn.LayerNorm(hidden_channels) if args.input_norm else None
         convs = [DIFFormerConv(hidden_channels, args.heads, args.kernel, args.qk_norm, args.use_graph,
-                               args.graph_weight, value_proj=args.value_proj)
+                               args.graph_weight, value_proj=args.value_proj, local=args.local)
                  for _ in range(1 if args.shared_attention else num_layers)]
         norm_cls, layer_cls = NORMS[args.norm], layer_class(STEPPERS[args.residual])
         # ReZero's force scales alpha_l (start at 0), one (L,) parameter shared by the layers

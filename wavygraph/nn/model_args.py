@@ -30,6 +30,7 @@ from typing import Any, Dict, NamedTuple, Optional
 
 from wavygraph.checks import check_positive_int
 
+from .conv import LOCALS
 from .functional import KERNELS, QK_NORMS
 from .joint_ffn import ACTIVATIONS
 from .joint_norm import NORMS
@@ -56,6 +57,7 @@ class ModelArgs:
     use_graph: bool = True
     graph_weight: Optional[float] = None  # None: the local branch added (DIFFormer); else the blend weight
     value_proj: bool = True  # false: values = the layer input (DIFFormer's --use_weight off)
+    local: str = "gcn"  # the local branch: "gcn" (DIFFormer's) or "sep" (ego and neighbour weights apart)
     input_norm: bool = True  # LayerNorm after the input layer (DIFFormer's --use_bn)
     source: bool = False  # add x_0 to every layer before its norm (DIFFormer's --use_source)
     source_weight: Optional[float] = 1.0  # weight alpha of the added x_0 (None: 0.25), only with source
@@ -133,7 +135,7 @@ def check_model_args(args: ModelArgs, spell: Spelling = PYTHON) -> None:
         check_positive_int(key(name), getattr(args, name), InputError)
     for name, choices in (("residual", STEPPERS), ("kernel", KERNELS), ("dropout_at", DROPOUT_AT),
                           ("ffn_activation", ACTIVATIONS), ("force_scale", FORCE_SCALES), ("norm", NORMS),
-                          ("step_impl", STEP_IMPLS)):
+                          ("step_impl", STEP_IMPLS), ("local", LOCALS)):
         check_choice(key(name), getattr(args, name), choices)
     if args.qk_norm is not None:
         check_choice(key("qk_norm"), args.qk_norm, QK_NORMS)
@@ -144,6 +146,9 @@ def check_model_args(args: ModelArgs, spell: Spelling = PYTHON) -> None:
     if args.graph_weight is not None and not (_is_number(args.graph_weight) and 0.0 <= args.graph_weight <= 1.0):
         raise InputError(f"{key('graph_weight')} must lie in [0, 1] or be {spell.value(None)}, "
                          f"got {spell.value(args.graph_weight)}")
+    if args.local == "sep" and not args.use_graph:
+        raise InputError(f"{spell.set('local', 'sep')} needs {spell.set('use_graph', True)} "
+                         "(it is a kind of local branch)")
     if args.tau is not None and not (_is_number(args.tau) and math.isfinite(args.tau) and args.tau > 0):
         raise InputError(f"{key('tau')} must be a positive number or {spell.value(None)}, got {spell.value(args.tau)}")
     _check_source(args, spell)
