@@ -15,7 +15,6 @@ from typing import Any, Sequence
 import yaml
 from omegaconf import OmegaConf
 
-from wavygraph.data.fingerprint import content_of, data_fingerprint
 from wavygraph.keys import hashed_config
 from wavygraph.utils import flatten, folder_problem, read_yaml
 
@@ -153,6 +152,8 @@ def cell_hash(config: dict, fingerprint: dict | None = None) -> str:
     so that a changed file gives new cells."""
     tree = hashed_config(config)
     if fingerprint:
+        from wavygraph.data.fingerprint import content_of  # wavygraph.data loads PyG: only for a graph file
+
         tree["data_fingerprint"] = content_of(fingerprint)
     text = json.dumps(tree, sort_keys=True, separators=(",", ":"))
     return sha256(text.encode()).hexdigest()[:16]
@@ -161,6 +162,7 @@ def cell_hash(config: dict, fingerprint: dict | None = None) -> str:
 def expand(sweep: Sweep) -> list[Cell]:
     """Every cell of the grid (duplicates merged), sorted by hash."""
     from wavygraph.config import load_config
+    from wavygraph.data.fingerprint import data_fingerprint  # wavygraph.data loads PyG
 
     keys = list(sweep.grid)
     fixed = [format_override(k, v) for k, v in sweep.set.items()]
@@ -174,7 +176,7 @@ def expand(sweep: Sweep) -> list[Cell]:
             where = ", ".join(f"{k}={v}" for k, v in params.items())
             raise SweepError(f"cell {where}: {exc}") from None
         config = OmegaConf.to_container(cfg, resolve=True)
-        fingerprint = data_fingerprint(config.get("data"))
+        fingerprint = data_fingerprint(config.get("data"))  # None unless data.path names a graph file
         h = cell_hash(config, fingerprint)
         cells.setdefault(h, Cell(h, params, config, fingerprint))
     return [cells[h] for h in sorted(cells)]
