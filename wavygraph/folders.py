@@ -2,12 +2,19 @@
 which writes them) and the report (:mod:`wavygraph.report.results`, which reads
 them) share: ``OUT/cells/<hash>/`` is one complete cell, and its
 :data:`CELL_FILE` is the record of its grid values, config and metrics; and
-their readers, which name a corrupted file and the fix in one line."""
+their readers, which name a corrupted file and the fix in one line; and the
+temporary folders ``OUT/tmp/<name>.<host>.<pid>.<token>`` in which a sweep's
+cells and a study's trials are written before they are published."""
 from __future__ import annotations
 
 import json
 import os
+import socket
+import uuid
 from pathlib import Path
+from typing import Iterator
+
+from wavygraph.utils import pid_alive
 
 #: The record of one complete cell, written last into ``OUT/cells/<hash>/``.
 CELL_FILE = "cell.json"
@@ -60,3 +67,21 @@ def read_manifest(out_dir: str | os.PathLike) -> dict | None:
     if not isinstance(manifest.get("cells"), list):  # every sweep writes it, an empty one too
         raise CorruptFileError(f"{path} is corrupted (its 'cells' is missing or not a list); {fix}")
     return manifest
+
+
+def temp_dir(out_dir: str | os.PathLike, name: str) -> Path:
+    """A new temporary folder name ``OUT/tmp/<name>.<host>.<pid>.<token>``
+    (not created), which names the process that writes it."""
+    return Path(out_dir) / "tmp" / f"{name}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+
+
+def temp_dirs(out_dir: str | os.PathLike) -> Iterator[tuple[Path, str, bool]]:
+    """Every :func:`temp_dir` under ``OUT/tmp`` as ``(path, name, dead)``:
+    ``dead`` when its process ran on this host and has ended."""
+    root, host = Path(out_dir) / "tmp", socket.gethostname()
+    for entry in root.iterdir() if root.is_dir() else ():
+        parts = entry.name.split(".")
+        if len(parts) < 4:
+            continue
+        token, pid = ".".join(parts[1:-2]), parts[-2]
+        yield entry, parts[0], token == host and pid.isdigit() and not pid_alive(int(pid))

@@ -15,15 +15,14 @@ import shutil
 import socket
 import time
 import traceback
-import uuid
 from importlib import import_module
 from pathlib import Path
 from typing import Callable, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
-from wavygraph.folders import CELL_FILE, read_cell, read_manifest
-from wavygraph.utils import atomic_write_json, pid_alive, publish_dir
+from wavygraph.folders import CELL_FILE, read_cell, read_manifest, temp_dir, temp_dirs
+from wavygraph.utils import atomic_write_json, publish_dir
 
 from .spec import Cell, Sweep, SweepError
 
@@ -46,19 +45,10 @@ def clean_stale(out_dir: str | os.PathLike, hashes: Sequence[str] | None = None)
     """Remove the temporary folders of this host's dead processes (and any of
     a cell already complete), optionally only of the given cells. Returns
     how many were removed."""
-    tmp_root = Path(out_dir) / "tmp"
-    if not tmp_root.is_dir():
-        return 0
-    host = socket.gethostname()
     wanted = None if hashes is None else set(hashes)
     removed = 0
-    for entry in tmp_root.iterdir():
-        parts = entry.name.split(".")
-        if len(parts) < 4 or (wanted is not None and parts[0] not in wanted):
-            continue
-        h, token, pid = parts[0], ".".join(parts[1:-2]), parts[-2]
-        stale = is_done(out_dir, h) or (token == host and pid.isdigit() and not pid_alive(int(pid)))
-        if stale:
+    for entry, h, dead in temp_dirs(out_dir):
+        if (wanted is None or h in wanted) and (dead or is_done(out_dir, h)):
             shutil.rmtree(entry, ignore_errors=True)
             removed += 1
     return removed
@@ -134,7 +124,7 @@ def run_cell(cell: Cell, out_dir: str, device: str | None = None, runner: str | 
     if is_done(out_dir, cell.hash):
         return result
     final = cell_dir(out_dir, cell.hash)
-    tmp = Path(out_dir) / "tmp" / f"{cell.hash}.{socket.gethostname()}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    tmp = temp_dir(out_dir, cell.hash)
     tmp.parent.mkdir(parents=True, exist_ok=True)
     final.parent.mkdir(parents=True, exist_ok=True)
     try:

@@ -24,10 +24,11 @@ from typing import Sequence
 import optuna
 from omegaconf import OmegaConf
 
+from wavygraph.folders import temp_dir
 from wavygraph.utils import atomic_write_json, atomic_write_text
 
 from .storage import counts, masked
-from .trial import TRIAL_FILE, TuneSpec, publish, temp_dir
+from .trial import TRIAL_FILE, TuneSpec, publish
 
 TRIAL_COLUMNS = ("state", "val", "test", "best_epoch", "seconds")
 

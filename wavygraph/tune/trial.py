@@ -1,7 +1,7 @@
 """One trial: its config, its run in a temporary folder, its atomic publish.
 
-A trial runs ``wavygraph.train.run`` into ``OUT/tmp/<number>.<host>.<pid>.<token>/``
-and, finished or pruned, is published by one :func:`os.rename` to
+A trial runs ``wavygraph.train.loop.run_in_place`` into ``OUT/tmp/<number>.<host>.<pid>.<token>/``
+and, finished or pruned, is published by one rename (:func:`~wavygraph.utils.publish_dir`) to
 ``OUT/trials/<number>/`` (``config.yaml``, ``metrics.json``, ``model.pt`` as a
 train run writes them, and ``trial.json``: state, parameters, scores): a
 trial folder is complete or absent whenever the study is stopped, as a
@@ -17,7 +17,6 @@ import shutil
 import socket
 import time
 import traceback
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,8 @@ from typing import Any
 import optuna
 from omegaconf import DictConfig, OmegaConf
 
-from wavygraph.utils import atomic_write_json, atomic_write_text
+from wavygraph.folders import temp_dir, temp_dirs
+from wavygraph.utils import atomic_write_json, atomic_write_text, publish_dir
 
 from .space import Space, override
 
@@ -108,20 +108,10 @@ def suggest(trial: optuna.Trial, space: Space) -> dict:
     return params
 
 
-def temp_dir(out_dir: str, name: str) -> Path:
-    pid = os.getpid()
-    return Path(out_dir) / "tmp" / f"{name}.{socket.gethostname()}.{pid}.{uuid.uuid4().hex[:8]}"
-
-
 def clean_stale(out_dir: str) -> None:
     """Remove the temporary folders of this host's dead processes."""
-    from .storage import pid_alive
-
-    root, host = Path(out_dir) / "tmp", socket.gethostname()
-    for entry in root.iterdir() if root.is_dir() else ():
-        parts = entry.name.split(".")
-        if len(parts) >= 4 and ".".join(parts[1:-2]) == host and parts[-2].isdigit() \
-                and not pid_alive(int(parts[-2])):
+    for entry, _, dead in temp_dirs(out_dir):
+        if dead:
             shutil.rmtree(entry, ignore_errors=True)
 
 
@@ -134,7 +124,7 @@ def publish(tmp: Path, final: Path, cfg: DictConfig, record: dict) -> None:
               "pid": os.getpid(), "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
     atomic_write_json(tmp / TRIAL_FILE, record, sort_keys=True)
     final.parent.mkdir(parents=True, exist_ok=True)
-    os.rename(tmp, final)
+    publish_dir(tmp, final)
 
 
 class Objective:
