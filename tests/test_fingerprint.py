@@ -1,5 +1,5 @@
 """Changed data are noticed: a graph file's content is part of a sweep cell's
-hash and of a training checkpoint (wavygraph.data.fingerprint)."""
+hash and of a training checkpoint (wavygraph.fingerprint)."""
 import json
 import os
 from pathlib import Path
@@ -10,7 +10,7 @@ from torch_geometric.data import Data
 
 from wavygraph import cli
 from wavygraph.config import load_config
-from wavygraph.data.fingerprint import changed_files, data_fingerprint, file_fingerprint
+from wavygraph.fingerprint import changed_files, data_fingerprint, file_fingerprint
 from wavygraph.sweep.spec import cell_hash, expand, load_sweep
 from wavygraph.train import loop
 from wavygraph.train.run_folder import work_dir_of

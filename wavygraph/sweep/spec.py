@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import yaml
 from omegaconf import OmegaConf
 
+from wavygraph.fingerprint import content_of, data_fingerprint
 from wavygraph.keys import hashed_config
 from wavygraph.utils import flatten, folder_problem, read_yaml
 
@@ -42,7 +43,7 @@ class Sweep:
 class Cell:
     """One grid point: its ``hash``, its grid values ``params``, the
     resolved config as a plain container and, for a graph file, the files'
-    ``fingerprint`` (:func:`~wavygraph.data.fingerprint.data_fingerprint`)."""
+    ``fingerprint`` (:func:`~wavygraph.fingerprint.data_fingerprint`)."""
 
     hash: str
     params: dict
@@ -148,12 +149,10 @@ def load_sweep(path: str, overrides: Sequence[str] = ()) -> Sweep:
 def cell_hash(config: dict, fingerprint: dict | None = None) -> str:
     """Stable 16-hex-digit hash of a resolved config (a plain container):
     of its :func:`hashed_config` and, for a graph file, of the content of
-    the files (``fingerprint``, :func:`~wavygraph.data.fingerprint.data_fingerprint`),
+    the files (``fingerprint``, :func:`~wavygraph.fingerprint.data_fingerprint`),
     so that a changed file gives new cells."""
     tree = hashed_config(config)
     if fingerprint:
-        from wavygraph.data.fingerprint import content_of  # wavygraph.data loads PyG: only for a graph file
-
         tree["data_fingerprint"] = content_of(fingerprint)
     text = json.dumps(tree, sort_keys=True, separators=(",", ":"))
     return sha256(text.encode()).hexdigest()[:16]
@@ -162,7 +161,6 @@ def cell_hash(config: dict, fingerprint: dict | None = None) -> str:
 def expand(sweep: Sweep) -> list[Cell]:
     """Every cell of the grid (duplicates merged), sorted by hash."""
     from wavygraph.config import load_config
-    from wavygraph.data.fingerprint import data_fingerprint  # wavygraph.data loads PyG
 
     keys = list(sweep.grid)
     fixed = [format_override(k, v) for k, v in sweep.set.items()]

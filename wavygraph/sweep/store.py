@@ -64,7 +64,7 @@ def resolve_runner(spec: str | None = None) -> Callable[[DictConfig], dict]:
 def _train(cell: Cell, tmp: Path, final: Path, device: str | None, runner: str | None) -> dict:
     """Run the cell's config into ``tmp`` and write its ``cell.json`` there."""
     from wavygraph.config import load_config
-    from wavygraph.data.fingerprint import changed_files, data_fingerprint
+    from wavygraph.fingerprint import changed_files, data_fingerprint
 
     if cell.fingerprint and changed_files(cell.fingerprint, data_fingerprint(cell.config.get("data"))):
         raise ValueError("the graph file changed since the sweep started; rerun the sweep to run its new cells")

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from wavygraph.config import ConfigError
-from wavygraph.data.fingerprint import changed_files, content_of
+from wavygraph.fingerprint import changed_files, content_of
 from wavygraph.keys import MISSING, resume_ignores
 from wavygraph.utils import atomic_torch_save, flatten
 
@@ -92,7 +92,7 @@ def set_rng_state(state: dict, generator: torch.Generator) -> None:
 def load_checkpoint(path: str, config: dict, world_size: int, fingerprint: dict | None = None) -> dict | None:
     """The checkpoint at ``path`` if there is one (else ``None``); refuses one
     written for another config, number of processes or version of the graph
-    file (``fingerprint``, :mod:`wavygraph.data.fingerprint`) with a
+    file (``fingerprint``, :mod:`wavygraph.fingerprint`) with a
     one-line :class:`ConfigError` naming what differs."""
     if not os.path.isfile(path):
         return None

@@ -15,7 +15,7 @@ from torch_geometric.data import Data
 
 from wavygraph.config import import_modules
 from wavygraph.data import DatasetInfo, load_dataset
-from wavygraph.data.fingerprint import data_fingerprint
+from wavygraph.fingerprint import data_fingerprint
 
 from . import distributed as dist_utils
 from .env import resolve_device, seed_everything, set_num_threads
@@ -49,7 +49,7 @@ class TrainingRun:
             while the run lasts (:mod:`.run_folder`), or ``None``:
             ``cfg.out_dir`` itself.
         fingerprint (dict, optional): the graph file's fingerprint
-            (:mod:`wavygraph.data.fingerprint`), kept in the checkpoints.
+            (:mod:`wavygraph.fingerprint`), kept in the checkpoints.
     """
 
     cfg: DictConfig

@@ -117,7 +117,7 @@ def _check_devices_and_data(base, devices: str | None) -> None:
 def build_spec(args: argparse.Namespace):
     """Check the arguments, the space and the base config; returns ``(spec, signature)``.
     Nothing is written."""
-    from wavygraph.data.fingerprint import content_of, data_fingerprint
+    from wavygraph.fingerprint import content_of, data_fingerprint
     from wavygraph.sweep.spec import cell_hash
 
     from omegaconf import OmegaConf
