@@ -111,5 +111,5 @@ def test_featscale_model_unit_weights_equals_plain():
 def test_option_errors():
     with pytest.raises(ValueError, match="unknown force_scale 'alpha'.*'fixed', 'rezero'"):
         WavyDIFFormer(5, 8, 3, force_scale="alpha")
-    with pytest.raises(ValueError, match="unknown norm 'batch'.*'layer', 'pair', 'none'"):
-        WavyDIFFormer(5, 8, 3, norm="batch")
+    with pytest.raises(ValueError, match="unknown norm 'group'.*'layer', 'batch', 'pair', 'none'"):
+        WavyDIFFormer(5, 8, 3, norm="group")

@@ -181,7 +181,7 @@ def test_per_kind_defaults_live_on_the_stepper_classes():
     assert WavyDIFFormer(5, 8, 3, residual="mix", residual_options=None).steppers[0].lam0 == 0.1
 
 
-@pytest.mark.parametrize("key, value, choices", [("norm", "batch", "'layer', 'pair', 'none'"),
+@pytest.mark.parametrize("key, value, choices", [("norm", "group", "'layer', 'batch', 'pair', 'none'"),
                                                  ("dropout_at", "attention", "'state', 'force'"),
                                                  ("kernel", "softmax", "'simple', 'sigmoid'"),
                                                  ("local", "sage", "'gcn', 'sep'")])

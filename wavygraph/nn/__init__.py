@@ -4,7 +4,7 @@ from . import functional
 from .conv import DIFFormerConv
 from .graph import gcn_adjacency
 from .joint_ffn import JointFFN
-from .joint_norm import JointLayerNorm
+from .joint_norm import JointBatchNorm, JointLayerNorm
 from .model import WavyDIFFormer
 from .model_args import DIFFORMER_ARGS, RECIPE_ARGS, ModelArgs
 from .steppers import (
@@ -28,6 +28,7 @@ __all__ = [
     "DIFFormerConv",
     "gcn_adjacency",
     "JointFFN",
+    "JointBatchNorm",
     "JointLayerNorm",
     "WavyDIFFormer",
     "ModelArgs",

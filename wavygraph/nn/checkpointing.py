@@ -21,12 +21,14 @@ layer's; compute: one more forward pass of all but the last segment.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Sequence
 
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
+from .joint_norm import frozen_stats
 from .layer import LayerContext
 from .sequential import Hook, run_layers
 from .steppers import StepState
@@ -55,14 +57,18 @@ class _Segment:
     """Layers ``start .. stop-1`` as a function of ``(x, v)`` for
     :func:`~torch.utils.checkpoint.checkpoint`; the hook and the list of
     hidden states are served in the first call only (the forward pass), not
-    in the recomputation."""
+    in the recomputation, which leaves BatchNorm's running statistics alone
+    (:func:`~wavygraph.nn.joint_norm.frozen_stats`)."""
 
     def __init__(self, layers: Sequence[nn.Module], start: int, ctx: LayerContext, hook: Hook, hidden: list | None):
         self.layers, self.start, self.ctx, self.hook, self.hidden = layers, start, ctx, hook, hidden
+        self.calls = 0
 
     def __call__(self, x: Tensor, v: Tensor | None):
         (hook, hidden), self.hook, self.hidden = (self.hook, self.hidden), None, None
-        state = run_layers(self.layers, StepState(x, v), self.ctx, hook, hidden, self.start)
+        self.calls += 1
+        with frozen_stats() if self.calls > 1 else contextlib.nullcontext():
+            state = run_layers(self.layers, StepState(x, v), self.ctx, hook, hidden, self.start)
         return state.x, state.v
 
 

@@ -127,8 +127,11 @@ class WavyDIFFormer(MemoryModes, nn.Module):
             `Bachlechner et al. <https://arxiv.org/abs/2003.04887>`_).
             (default: ``"fixed"``)
         norm (str, optional): normalisation after each step: ``"layer"``
-            (:class:`JointLayerNorm`), ``"pair"`` (:class:`JointPairNorm`,
-            PyG's PairNorm) or ``"none"``. (default: ``"layer"``)
+            (:class:`JointLayerNorm`), ``"batch"`` (:class:`JointBatchNorm`,
+            over the nodes: it keeps the differences of scale between nodes,
+            but in training a batch's graphs share its statistics), ``"pair"``
+            (:class:`JointPairNorm`, PyG's PairNorm) or ``"none"``.
+            (default: ``"layer"``)
         featscale (bool, optional): re-weight the direct and high-frequency
             parts of each layer's attention output with
             :class:`~wavygraph.nn.featscale.FeatScale` before the force is

@@ -38,6 +38,7 @@ import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
+from .joint_norm import frozen_stats
 from .layer import LayerContext, seeded_dropout  # noqa: F401  (seeded_dropout: re-exported)
 from .sequential import Hook
 from .steppers import STEPPERS, StepState
@@ -89,19 +90,29 @@ class _ReversibleFn(torch.autograd.Function):
         grads: list[Tensor | None] = [None] * len(ctx.params)
         x0_leaf = None if x0 is None else x0.detach().requires_grad_(ctx.needs_input_grad[7])
         lctx = ctx.lctx._replace(x0=x0_leaf)
-        g_x0 = None
-        for i in reversed(range(len(ctx.layers))):
-            if i < len(g_hidden) and g_hidden[i] is not None:  # the gradient of x_{i+1}, an output
-                gx = gx + g_hidden[i]
-            layer = ctx.layers[i]
-            x, v, gx, gv, g_layer = _layer_backward(layer, lctx, x, v, gx, gv, ctx.autocast)
-            for p, g in zip(_grad_params(layer), g_layer[:-1]):
-                k = index[id(p)]
-                if g is not None:
-                    grads[k] = g if grads[k] is None else grads[k] + g
-            if g_layer[-1] is not None:
-                g_x0 = g_layer[-1] if g_x0 is None else g_x0 + g_layer[-1]
+        with frozen_stats():  # the forces recomputed here leave BatchNorm's running statistics alone
+            gx, gv, g_x0 = _backward_layers(ctx, x, v, gx, gv, g_hidden, lctx, index, grads)
         return (None, None, None, None, None, gx, gv, g_x0, *grads)
+
+
+def _backward_layers(ctx, x: Tensor, v: Tensor, gx: Tensor, gv: Tensor, g_hidden: tuple, lctx: LayerContext,
+                     index: dict, grads: list):
+    """The layers of :class:`_ReversibleFn` undone from the last: the
+    gradients of the input ``(x, v)`` and of ``x0``; the parameters'
+    gradients summed into ``grads``."""
+    g_x0 = None
+    for i in reversed(range(len(ctx.layers))):
+        if i < len(g_hidden) and g_hidden[i] is not None:  # the gradient of x_{i+1}, an output
+            gx = gx + g_hidden[i]
+        layer = ctx.layers[i]
+        x, v, gx, gv, g_layer = _layer_backward(layer, lctx, x, v, gx, gv, ctx.autocast)
+        for p, g in zip(_grad_params(layer), g_layer[:-1]):
+            k = index[id(p)]
+            if g is not None:
+                grads[k] = g if grads[k] is None else grads[k] + g
+        if g_layer[-1] is not None:
+            g_x0 = g_layer[-1] if g_x0 is None else g_x0 + g_layer[-1]
+    return gx, gv, g_x0
 
 
 def _layer_backward(layer: nn.Module, ctx: LayerContext, x: Tensor, v: Tensor, gx: Tensor, gv: Tensor,
