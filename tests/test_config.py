@@ -142,12 +142,12 @@ def test_planetoid_configs_carry_the_cora_recipe():
     assert not {k for k in cora if k.startswith("data.")}
 
 
-def test_minesweeper_config_carries_the_recipes_model():
-    """configs/minesweeper.yaml is the Cora recipe's model (every model key of configs/cora.yaml
+def test_minesweeper_recipe_config_carries_the_recipes_model():
+    """configs/minesweeper_recipe.yaml is the Cora recipe's model (every model key of configs/cora.yaml
     but the depth, chosen per data set by validation) with its own data and training block."""
     from wavygraph.utils import flatten
 
-    cora, mines = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml")))) for n in ("cora", "minesweeper"))
+    cora, mines = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml")))) for n in ("cora", "minesweeper_recipe"))
     model = {k for k in cora if k.startswith("model.") and k != "model.num_layers"}
     assert {k: mines[k] for k in model} == {k: cora[k] for k in model}
     assert mines["data.name"] == "minesweeper" and mines["model.graph_weight"] < 1
