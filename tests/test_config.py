@@ -74,10 +74,23 @@ def test_config_stays_strict_after_loading():
     assert OmegaConf.select(cfg, "data.csbm.preset") == "arxiv"
 
 
-@pytest.mark.parametrize("name", ["cora", "citeseer", "actor", "arxiv", "proteins", "products", "csbm", "minesweeper"])
-def test_shipped_configs_load(name):
-    cfg = load_config(str(CONFIGS / f"{name}.yaml"))
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("*.yaml")) + sorted(CONFIGS.glob("difformer/*.yaml")),
+                         ids=lambda p: p.stem)
+def test_shipped_configs_load(path):
+    cfg = load_config(str(path))
     assert cfg.out_dir.startswith("runs/")
+
+
+@pytest.mark.parametrize("name, kind_keys", [("cora", {"model.residual", "model.reversible"}),
+                                             ("minesweeper", {"model.residual", "model.reversible", "model.tau"})])
+def test_reversible_configs_change_only_the_kind(name, kind_keys):
+    """configs/<set>_reversible.yaml is the set's config with the reversible leapfrog kind (and its step)."""
+    from wavygraph.utils import flatten
+
+    base, rev = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml"))))
+                 for n in (name, f"{name}_reversible"))
+    assert {k for k in base if base[k] != rev[k]} - {"out_dir"} == kind_keys
+    assert rev["model.residual"] == "leapfrog" and rev["model.reversible"] is True
 
 
 def test_model_config_covers_every_model_option():
