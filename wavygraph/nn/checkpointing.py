@@ -30,7 +30,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .joint_norm import frozen_stats
 from .layer import LayerContext
-from .sequential import Hook, run_layers
+from .sequential import Hook, Total, run_layers
 from .steppers import StepState
 
 def default_segments(num_layers: int) -> int:
@@ -58,30 +58,36 @@ class _Segment:
     :func:`~torch.utils.checkpoint.checkpoint`; the hook and the list of
     hidden states are served in the first call only (the forward pass), not
     in the recomputation, which leaves BatchNorm's running statistics alone
-    (:func:`~wavygraph.nn.joint_norm.frozen_stats`)."""
+    (:func:`~wavygraph.nn.joint_norm.frozen_stats`). With ``summed`` the
+    segment's sum of its output states is a third output (an output of the
+    checkpoint, so that its gradient reaches the recomputed layers)."""
 
-    def __init__(self, layers: Sequence[nn.Module], start: int, ctx: LayerContext, hook: Hook, hidden: list | None):
+    def __init__(self, layers: Sequence[nn.Module], start: int, ctx: LayerContext, hook: Hook, hidden: list | None,
+                 summed: bool = False):
         self.layers, self.start, self.ctx, self.hook, self.hidden = layers, start, ctx, hook, hidden
-        self.calls = 0
+        self.summed, self.calls = summed, 0
 
     def __call__(self, x: Tensor, v: Tensor | None):
         (hook, hidden), self.hook, self.hidden = (self.hook, self.hidden), None, None
         self.calls += 1
+        part = Total() if self.summed else None
         with frozen_stats() if self.calls > 1 else contextlib.nullcontext():
-            state = run_layers(self.layers, StepState(x, v), self.ctx, hook, hidden, self.start)
-        return state.x, state.v
+            state = run_layers(self.layers, StepState(x, v), self.ctx, hook, hidden, self.start, part)
+        return (state.x, state.v) if part is None else (state.x, state.v, part.value)
 
 
 def run_checkpointed(layers: Sequence[nn.Module], state: StepState, ctx: LayerContext, segments: int | None = None,
-                     hook: Hook = None, hidden: list | None = None) -> StepState:
+                     hook: Hook = None, hidden: list | None = None, total: Total | None = None) -> StepState:
     """All ``layers`` from ``state``, each segment but the last checkpointed
-    (see the module); ``hook`` and ``hidden`` as in
+    (see the module); ``hook``, ``hidden`` and ``total`` as in
     :func:`~wavygraph.nn.sequential.run_layers`."""
     num_layers = len(layers)
     segments = default_segments(num_layers) if segments is None else segments
     *checkpointed, (start, stop) = segment_bounds(num_layers, segments)
     for first, last in checkpointed:
-        x, v = checkpoint(_Segment(layers[first:last], first, ctx, hook, hidden), state.x, state.v,
-                          use_reentrant=False, preserve_rng_state=True)
+        segment = _Segment(layers[first:last], first, ctx, hook, hidden, total is not None)
+        x, v, *part = checkpoint(segment, state.x, state.v, use_reentrant=False, preserve_rng_state=True)
+        if part:
+            total.add(part[0])
         state = StepState(x, v)
-    return run_layers(layers[start:stop], state, ctx, hook, hidden, start)
+    return run_layers(layers[start:stop], state, ctx, hook, hidden, start, total)

@@ -45,7 +45,7 @@ from torch import nn
 from .checkpointing import run_checkpointed
 from .layer import LayerContext
 from .reversible import run_reversible
-from .sequential import Hook, run_layers
+from .sequential import Hook, Total, run_layers
 from .steppers import StepState
 
 
@@ -71,13 +71,13 @@ class MemoryModes:
         self.reversible = reversible
 
     def run_layers(self, layers: Sequence[nn.Module], state: StepState, ctx: LayerContext, hook: Hook = None,
-                   hidden: list | None = None) -> StepState:
+                   hidden: list | None = None, total: Total | None = None) -> StepState:
         """``layers`` from ``state`` in the mode set; ``hook(i, x_i)`` after
-        every layer ``i = 1..L`` and the states appended to ``hidden`` (when
-        given), in every mode."""
+        every layer ``i = 1..L``, the states appended to ``hidden`` and summed
+        into ``total`` (when given), in every mode."""
         if self.training and torch.is_grad_enabled():
             if self.reversible:
-                return run_reversible(layers, state, ctx, hook, hidden)
+                return run_reversible(layers, state, ctx, hook, hidden, total)
             if self.gradient_checkpointing:
-                return run_checkpointed(layers, state, ctx, self.checkpoint_segments, hook, hidden)
-        return run_layers(layers, state, ctx, hook, hidden)
+                return run_checkpointed(layers, state, ctx, self.checkpoint_segments, hook, hidden, total)
+        return run_layers(layers, state, ctx, hook, hidden, total=total)

@@ -18,6 +18,7 @@ from .joint_ffn import JointFFN
 from .joint_norm import NORMS
 from .layer import Force, LayerContext, draw_seed, layer_class, norm_fn
 from .memory import MEMORY_KEYS, MemoryModes
+from .sequential import Total
 from .model_args import DIFFORMER_ARGS, RECIPE_ARGS, check_model_args, init_signature, model_args  # noqa: F401
 from .steppers import STEPPERS, make_stepper
 from .validate import InputError, check_inputs
@@ -148,6 +149,14 @@ class WavyDIFFormer(MemoryModes, nn.Module):
             package's own option, after GCNII's shared weights); the norms
             and the steppers' own parameters stay per layer.
             (default: :obj:`False`)
+        readout (str, optional): what the output layer reads: ``"last"``,
+            the last state :math:`X_L`, or ``"mean"``, the mean of the
+            layers' output states :math:`\frac{1}{L}\sum_{\ell=1}^{L} X_\ell`
+            (a readout over layers, as jumping knowledge's mean; for an
+            undamped kind such as ``leapfrog`` it is the time average of the
+            oscillation around the source's fixed point). Kept as a running
+            sum: no more memory in depth, in every memory mode.
+            (default: ``"last"``)
         **memory: the memory mode's three arguments, documented in
             :mod:`wavygraph.nn.memory` (all off by default).
 
@@ -187,6 +196,7 @@ class WavyDIFFormer(MemoryModes, nn.Module):
         self.layer_dropout = dropout if args.layer_dropout is None else args.layer_dropout
         self.shared_attention, self.dropout_at = args.shared_attention, args.dropout_at
         self.force_scale, self.norm, self.step_impl = args.force_scale, args.norm, args.step_impl
+        self.readout = args.readout
 
         self.input = nn.Linear(in_channels, hidden_channels)
         self.input_norm = nn.LayerNorm(hidden_channels) if args.input_norm else None
@@ -273,8 +283,10 @@ class WavyDIFFormer(MemoryModes, nn.Module):
         hidden = [h] if return_hidden else None
         if layer_hook is not None:
             layer_hook(0, h)
-        state = self.run_layers(self.layers, self.layers[0].stepper.init(h), ctx, layer_hook, hidden)
-        x_out = state.x if self.final_norm is None else norm_fn(self.final_norm, batch)(state.x, None)[0]
+        total = Total() if self.readout == "mean" else None
+        state = self.run_layers(self.layers, self.layers[0].stepper.init(h), ctx, layer_hook, hidden, total)
+        x_out = state.x if total is None else total.value / self.num_layers
+        x_out = x_out if self.final_norm is None else norm_fn(self.final_norm, batch)(x_out, None)[0]
         out = self.output(x_out)  # (N, out_channels)
         return (out, hidden) if return_hidden else out
 

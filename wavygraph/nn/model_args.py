@@ -40,6 +40,8 @@ from .validate import InputError, check_choice
 
 DROPOUT_AT = ("state", "force")
 FORCE_SCALES = ("fixed", "rezero")
+#: What the output layer reads: the last state, or the mean of the layers' output states.
+READOUTS = ("last", "mean")
 
 
 @dataclass
@@ -73,6 +75,7 @@ class ModelArgs:
     featscale: bool = False
     step_impl: str = "eager"  # or "compile": torch.compile the step + LayerNorm (same results)
     shared_attention: bool = False  # one attention layer for all steps (parameters independent of depth)
+    readout: str = "last"  # what the output layer reads: "last" (X_L) or "mean" (the mean of X_1 .. X_L)
     # memory in depth (docs/fidelity.md): recompute layers in backward (same scores), or invert them
     gradient_checkpointing: bool = False  # checkpoint segments of layers in training
     checkpoint_segments: Optional[int] = None  # number of segments (None: ceil(sqrt(num_layers)))
@@ -135,7 +138,8 @@ def check_model_args(args: ModelArgs, spell: Spelling = PYTHON) -> None:
         check_positive_int(key(name), getattr(args, name), InputError)
     for name, choices in (("residual", STEPPERS), ("kernel", KERNELS), ("dropout_at", DROPOUT_AT),
                           ("ffn_activation", ACTIVATIONS), ("force_scale", FORCE_SCALES), ("norm", NORMS),
-                          ("step_impl", STEP_IMPLS), ("local", LOCALS)):
+                          ("step_impl", STEP_IMPLS), ("local", LOCALS),
+                          ("readout", READOUTS)):
         check_choice(key(name), getattr(args, name), choices)
     if args.qk_norm is not None:
         check_choice(key("qk_norm"), args.qk_norm, QK_NORMS)

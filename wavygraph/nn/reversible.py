@@ -40,7 +40,7 @@ from torch.autograd.function import once_differentiable
 
 from .joint_norm import frozen_stats
 from .layer import LayerContext, seeded_dropout  # noqa: F401  (seeded_dropout: re-exported)
-from .sequential import Hook
+from .sequential import Hook, Total
 from .steppers import STEPPERS, StepState
 
 
@@ -64,39 +64,43 @@ class _ReversibleFn(torch.autograd.Function):
     pass at their layer."""
 
     @staticmethod
-    def forward(ctx, layers, lctx: LayerContext, hook: Hook, keep: bool, params: list, x: Tensor, v: Tensor,
-                x0: Tensor | None, *flat_params):
-        hidden = []
+    def forward(ctx, layers, lctx: LayerContext, hook: Hook, keep: bool, summed: bool, params: list, x: Tensor,
+                v: Tensor, x0: Tensor | None, *flat_params):
+        hidden, total = [], Total()
         with torch.no_grad():
             state = StepState(x, v)
             for i, layer in enumerate(layers):
                 state = layer(state, lctx._replace(x0=x0))
                 if keep and i + 1 < len(layers):
                     hidden.append(state.x)
+                if summed:
+                    total.add(state.x)
                 if hook is not None:
                     hook(i + 1, state.x)
-        ctx.layers, ctx.lctx, ctx.params = layers, lctx, params
+        ctx.layers, ctx.lctx, ctx.params, ctx.summed = layers, lctx, params, summed
         ctx.autocast = _autocast_state(x.device.type)
         ctx.save_for_backward(state.x, state.v, x0)
-        return (state.x, state.v, *hidden)
+        return (state.x, state.v, *([total.value] if summed else []), *hidden)
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, gx: Tensor | None, gv: Tensor | None, *g_hidden):
+    def backward(ctx, gx: Tensor | None, gv: Tensor | None, *g_rest):
+        # the sum's gradient reaches every layer's output alike (d sum / d x_i = 1)
+        g_sum, g_hidden = (g_rest[0], g_rest[1:]) if ctx.summed else (None, g_rest)
         x, v, x0 = ctx.saved_tensors
         gx = torch.zeros_like(x) if gx is None else gx
         gv = torch.zeros_like(v) if gv is None else gv
         index = {id(p): k for k, p in enumerate(ctx.params)}
         grads: list[Tensor | None] = [None] * len(ctx.params)
-        x0_leaf = None if x0 is None else x0.detach().requires_grad_(ctx.needs_input_grad[7])
+        x0_leaf = None if x0 is None else x0.detach().requires_grad_(ctx.needs_input_grad[8])
         lctx = ctx.lctx._replace(x0=x0_leaf)
         with frozen_stats():  # the forces recomputed here leave BatchNorm's running statistics alone
-            gx, gv, g_x0 = _backward_layers(ctx, x, v, gx, gv, g_hidden, lctx, index, grads)
-        return (None, None, None, None, None, gx, gv, g_x0, *grads)
+            gx, gv, g_x0 = _backward_layers(ctx, x, v, gx, gv, g_sum, g_hidden, lctx, index, grads)
+        return (None, None, None, None, None, None, gx, gv, g_x0, *grads)
 
 
-def _backward_layers(ctx, x: Tensor, v: Tensor, gx: Tensor, gv: Tensor, g_hidden: tuple, lctx: LayerContext,
-                     index: dict, grads: list):
+def _backward_layers(ctx, x: Tensor, v: Tensor, gx: Tensor, gv: Tensor, g_sum: Tensor | None, g_hidden: tuple,
+                     lctx: LayerContext, index: dict, grads: list):
     """The layers of :class:`_ReversibleFn` undone from the last: the
     gradients of the input ``(x, v)`` and of ``x0``; the parameters'
     gradients summed into ``grads``."""
@@ -104,6 +108,8 @@ def _backward_layers(ctx, x: Tensor, v: Tensor, gx: Tensor, gv: Tensor, g_hidden
     for i in reversed(range(len(ctx.layers))):
         if i < len(g_hidden) and g_hidden[i] is not None:  # the gradient of x_{i+1}, an output
             gx = gx + g_hidden[i]
+        if g_sum is not None:  # x_{i+1} is a term of the sum
+            gx = gx + g_sum
         layer = ctx.layers[i]
         x, v, gx, gv, g_layer = _layer_backward(layer, lctx, x, v, gx, gv, ctx.autocast)
         for p, g in zip(_grad_params(layer), g_layer[:-1]):
@@ -146,21 +152,25 @@ def _layer_backward(layer: nn.Module, ctx: LayerContext, x: Tensor, v: Tensor, g
 
 
 def run_reversible(layers: Sequence[nn.Module], state: StepState, ctx: LayerContext, hook: Hook = None,
-                   hidden: list | None = None) -> StepState:
+                   hidden: list | None = None, total: Total | None = None) -> StepState:
     """Run invertible ``layers`` from ``state`` and return the last state,
     differentiable with respect to ``state``, ``ctx.x0`` and every layer's
     parameters by inversion. ``hook(i, x_i)`` is called during the forward
     pass; ``hidden`` (when given) receives ``x_1 .. x_L`` as differentiable
     outputs, whose gradients enter the backward pass at their layer (their
-    tensors are then kept, as the caller asked for them)."""
+    tensors are then kept, as the caller asked for them). ``total`` (when
+    given) receives the sum of ``x_1 .. x_L``, one more output, whose
+    gradient enters the backward pass at every layer; no state is kept for it."""
     seen, params = set(), []
     for layer in layers:
         for p in _grad_params(layer):
             if id(p) not in seen:
                 seen.add(id(p))
                 params.append(p)
-    keep = hidden is not None
-    x, v, *xs = _ReversibleFn.apply(layers, ctx, hook, keep, params, state.x, state.v, ctx.x0, *params)
+    keep, summed = hidden is not None, total is not None
+    x, v, *xs = _ReversibleFn.apply(layers, ctx, hook, keep, summed, params, state.x, state.v, ctx.x0, *params)
+    if summed:
+        total.add(xs.pop(0))
     if keep:
         hidden.extend([*xs, x])
     return StepState(x, v)
