@@ -87,14 +87,26 @@ def test_space_against_the_base_config(tmp_path, space, overrides, message):
         load_space(write(tmp_path, space), CSBM, SMALL + overrides)
 
 
-@pytest.mark.parametrize("name", ["wavy", "gcn", "gcnii", "sgformer"])
+SPACES = sorted(p.stem for p in (ROOT / "configs" / "spaces").glob("*.yaml"))
+WAVY_SPACES = ("wavy", "reversible")  # spaces of the WavyDIFFormer itself (no model.arch)
+
+
+def test_every_space_is_checked():
+    assert set(SPACES) == {"wavy", "reversible", "gcn", "gcnii", "sgformer"}
+
+
+@pytest.mark.parametrize("name", SPACES)
 def test_shipped_spaces_fit_the_cora_base(name):
     space = load_space(str(ROOT / "configs" / "spaces" / f"{name}.yaml"), str(ROOT / "configs" / "cora.yaml"),
                        ["model.num_layers=16"])
     assert "model.num_layers" not in space.params  # the depth is the user's
-    assert space.fixed.get("model.arch", "wavy") == name if name != "wavy" else "model.arch" not in space.fixed
-    if name == "wavy":  # the attention stays on: the local branch's blend stays below 1
+    if name in WAVY_SPACES:  # the attention stays on: the local branch's blend stays below 1
+        assert "model.arch" not in space.fixed
         assert space.params["model.graph_weight"]["high"] < 1
+    else:
+        assert space.fixed["model.arch"] == name
+    if name == "reversible":
+        assert space.fixed["model.reversible"] is True and space.fixed["model.readout"] == "mean"
 
 
 GOOD = {"train.lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}}
