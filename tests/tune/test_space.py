@@ -107,6 +107,16 @@ def test_shipped_spaces_fit_the_cora_base(name):
         assert space.fixed["model.arch"] == name
     if name == "reversible":
         assert space.fixed["model.reversible"] is True and space.fixed["model.readout"] == "mean"
+    if name == "wavy":  # its starts are the per-set configs (weight decay 0 as the range's low end)
+        from omegaconf import OmegaConf
+
+        from wavygraph.config import load_config
+        for i, stem in enumerate(["cora", "minesweeper", "actor", "squirrel_filtered"]):
+            cfg = load_config(str(ROOT / "configs" / f"{stem}.yaml"))
+            point = {k: OmegaConf.select(cfg, k) for k in space.params}
+            if point["train.weight_decay"] == 0:
+                point["train.weight_decay"] = space.params["train.weight_decay"]["low"]
+            assert space.starts[i] == point, stem
 
 
 GOOD = {"train.lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}}
@@ -204,3 +214,44 @@ def test_cli_refuses_a_folder_that_is_not_a_tune_folder(tmp_path, capsys):
     assert main(["tune", CSBM, *SMALL, f"out_dir={out}", "--space", write(tmp_path, GOOD)]) == 2
     assert "not a tune folder" in capsys.readouterr().err
     assert sorted(p.name for p in out.iterdir()) == ["metrics.json"]
+
+
+STARTED = {"train.lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True},
+           "model.residual": {"type": "categorical", "choices": ["diffusion", "light_wave"]},
+           "model.hidden_channels": {"type": "int", "low": 8, "high": 32}}
+
+
+def test_starts_are_parsed_flat_or_nested(tmp_path):
+    space = parse_space(write(tmp_path, {**STARTED, "starts": [
+        {"train.lr": 0.005, "model.residual": "light_wave"},
+        {"model": {"residual": "diffusion", "hidden_channels": 8}}]}))
+    assert space.starts == [{"train.lr": 0.005, "model.residual": "light_wave"},
+                            {"model.residual": "diffusion", "model.hidden_channels": 8}]
+    assert "starts" not in space.params and "starts" not in space.fixed
+    assert parse_space(write(tmp_path, STARTED)).starts == []
+
+
+@pytest.mark.parametrize("starts, message", [
+    ({"train.lr": 0.005}, "starts must be a list of mappings"),
+    ([{}], "starts must be a list of mappings"),
+    ([{"model.dropout": 0.1}], r"starts\[0\]: model.dropout is not searched by the space"),
+    ([{"train.lr": 0.5}], r"starts\[0\]: train.lr=0.5 lies outside its distribution"),
+    ([{"model.residual": "wave"}], r"starts\[0\]: model.residual='wave' lies outside"),
+    ([{"model.hidden_channels": 8.5}], "model.hidden_channels=8.5 lies outside"),
+    ([{"model.hidden_channels": True}], "model.hidden_channels=True lies outside"),
+    ([{"train.lr": 0.005}, {"train.lr": 0.005}], r"starts\[1\] repeats an earlier start"),
+])
+def test_bad_starts(tmp_path, starts, message):
+    with pytest.raises(SpaceError, match=message):
+        parse_space(write(tmp_path, {**STARTED, "starts": starts}))
+
+
+def test_a_start_is_checked_as_a_whole_point_on_the_base_config(tmp_path):
+    """Each key alone is valid; together with the base they are not (the message names the start)."""
+    space = {"model.local": {"type": "categorical", "choices": ["gcn", "sep"]},
+             "model.use_graph": {"type": "categorical", "choices": [True, False]},
+             "starts": [{"model.local": "sep", "model.use_graph": True}]}
+    assert load_space(write(tmp_path, space), CSBM, SMALL).starts == space["starts"]
+    space["starts"].append({"model.local": "sep", "model.use_graph": False})
+    with pytest.raises(SpaceError, match=r"starts\[1\]: model.local='sep' needs model.use_graph=true"):
+        load_space(write(tmp_path, space), CSBM, SMALL)

@@ -228,3 +228,29 @@ def test_hyperband_pruner_and_a_baseline_on_the_command_line(tmp_path, capsys):
                    "--space", str(ROOT / "configs/spaces/gcn.yaml"), epochs=4)
     assert summary["rc"] == 0 and summary["complete"] + summary["pruned"] == 2
     assert json.loads((tmp_path / "h" / "tune.json").read_text())["pruner"]["name"] == "hyperband"
+
+
+def test_starts_are_the_first_trials_once(tmp_path, capsys):
+    """The space's starts run first, in order, their other keys drawn; a resumed study does not queue them again."""
+    starts = [{"model.residual": "light_wave", "train.lr": 0.02}, {"model.dropout": 0.5, "model.residual": "diffusion"}]
+    space = {**SPACE, "starts": starts}
+    out = tmp_path / "s"
+    summary = tune(capsys, out, "--trials", "3", "--pruner", "none", space=space, epochs=3)
+    assert summary["rc"] == 0 and summary["complete"] == 3
+    rows = read_rows(out)
+    assert [r["start"] for r in rows] == ["0", "1", ""]
+    assert rows[0]["model.residual"] == "light_wave" and float(rows[0]["train.lr"]) == 0.02
+    assert rows[1]["model.residual"] == "diffusion" and float(rows[1]["model.dropout"]) == 0.5
+    for r in rows:  # every searched key has a value, drawn where the start left it out, inside its range
+        assert 1e-3 <= float(r["train.lr"]) <= 3e-2 and 0.0 <= float(r["model.dropout"]) <= 0.6
+    config = json.loads((out / "trials" / "0" / "trial.json").read_text())["config"]
+    assert config["model"]["residual"] == "light_wave" and config["train"]["lr"] == 0.02
+    again = tune(capsys, out, "--trials", "4", "--pruner", "none", space=space, epochs=3)
+    assert again["rc"] == 0 and again["complete"] == 4
+    assert [r["start"] for r in read_rows(out)] == ["0", "1", "", ""]
+    # a study started without starts is another search than the same space with them
+    plain = tmp_path / "p"
+    assert tune(capsys, plain, "--trials", "1", space=SPACE, epochs=2)["rc"] == 0
+    rc = main(["tune", CSBM, "--space", write_space(tmp_path, space), *SMALL, "train.epochs=2", f"out_dir={plain}",
+               "--no-progress", "--trials", "2"])
+    assert rc == 2 and "holds another search (starts differ)" in capsys.readouterr().err

@@ -150,6 +150,8 @@ def build_spec(args: argparse.Namespace):
     )
     resolved = OmegaConf.to_container(base, resolve=True)
     signature = {"base": cell_hash(resolved), "params": space.params, "fixed": space.fixed}
+    if space.starts:  # only where given, so that studies started before starts existed still resume
+        signature["starts"] = space.starts
     files = content_of(data_fingerprint(resolved.get("data")))
     if files:  # a graph file's content: a study resumed on another version of it would mix its trials
         signature["data"] = files

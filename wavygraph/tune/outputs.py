@@ -67,7 +67,7 @@ def trial_rows(study: optuna.Study, keys: Sequence[str]) -> list[dict]:
         row = {"number": t.number, **{k: t.params.get(k, "") for k in keys}, "state": t.state.name,
                "val": _number(a.get("val", t.value)), "test": _number(a.get("test")),
                "best_epoch": _number(a.get("best_epoch")), "seconds": _number(a.get("seconds")),
-               "retry_of": _number(a.get("retry_of"))}
+               "retry_of": _number(a.get("retry_of")), "start": _number(a.get("start"))}
         rows.append(row)
     return rows
 
@@ -75,7 +75,7 @@ def trial_rows(study: optuna.Study, keys: Sequence[str]) -> list[dict]:
 def write_trials_csv(study: optuna.Study, out_dir: str) -> Path:
     keys = list(study.user_attrs.get("search", {}).get("params", {}))
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=["number", *keys, *TRIAL_COLUMNS, "retry_of"], lineterminator="\n")
+    writer = csv.DictWriter(buf, fieldnames=["number", *keys, *TRIAL_COLUMNS, "retry_of", "start"], lineterminator="\n")
     writer.writeheader()
     writer.writerows(trial_rows(study, keys))
     path = Path(out_dir) / "trials.csv"

@@ -10,6 +10,12 @@ a mapping with a ``type``: ``float`` (``low``, ``high``, optional ``log`` or
 ``step``), ``int`` (``low``, ``high``, optional ``log`` or ``step``) or
 ``categorical`` (``choices``: plain values). Any other value is fixed.
 
+The one top-level key that is not a config key, ``starts``, lists known
+good points of the space (mappings of searched keys to values inside their
+distributions): a new study runs them as its first trials, in order, the
+searched keys a start leaves out drawn by the sampler, so that a small budget
+begins from configs that held elsewhere instead of from random draws.
+
 :func:`load_space` checks the file against the config schema before anything
 runs: an unknown key, a distribution the key's type cannot take (a float for
 an int key, a string choice for a float key, ...), empty choices, ``low >
@@ -23,13 +29,15 @@ from __future__ import annotations
 import json
 import os
 import typing
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Sequence
 
 from wavygraph.config import Config, ConfigError, load_config
 from wavygraph.utils import read_yaml
 
 DIST_TYPES = ("float", "int", "categorical")
+#: the top-level key of a space file that lists its starting points (not a config key)
+STARTS = "starts"
 _DIST_FIELDS = {"float": {"low", "high", "log", "step"}, "int": {"low", "high", "log", "step"},
                 "categorical": {"choices"}}
 #: keys a trial's run sets itself (where it writes, on which device, ...)
@@ -50,11 +58,14 @@ class Space:
         params (dict): ``{config key: {"type", "low", "high", "log", "step"}
             or {"type", "choices"}}``, in file order.
         fixed (dict): ``{config key: value}`` set in every trial.
+        starts (list): ``[{searched key: value}]``, the first trials of a
+            new study (see the module).
     """
 
     path: str
     params: dict
     fixed: dict
+    starts: list = field(default_factory=list)  # [{searched key: value}], the first trials of a new study
 
     def distributions(self) -> dict:
         """The Optuna distributions of :attr:`params`, by key."""
@@ -203,7 +214,9 @@ def _read(path: str) -> dict:
 def parse_space(path: str) -> Space:
     """Read and check ``path`` against the config schema (not yet against a base config)."""
     params, fixed = {}, {}
-    for key, value in _flatten(_read(path)).items():
+    raw = dict(_read(path))
+    starts = raw.pop(STARTS, [])
+    for key, value in _flatten(raw).items():
         if isinstance(value, dict):
             params[key] = _check_distribution(key, value)
         else:
@@ -213,7 +226,35 @@ def parse_space(path: str) -> Space:
             fixed[key] = value
     if not params:
         raise SpaceError(f"{path} has no distribution to search (a mapping with type: float, int or categorical)")
-    return Space(path=os.path.abspath(path), params=params, fixed=fixed)
+    return Space(path=os.path.abspath(path), params=params, fixed=fixed, starts=_check_starts(starts, params))
+
+
+def _inside(d: dict, value: Any) -> bool:
+    """Whether ``value`` is a point of the checked distribution ``d``."""
+    if d["type"] == "categorical":
+        return any(json.dumps(value) == json.dumps(c) for c in d["choices"])
+    if isinstance(value, bool) or not isinstance(value, int if d["type"] == "int" else (int, float)):
+        return False
+    return d["low"] <= value <= d["high"]
+
+
+def _check_starts(starts: Any, params: dict) -> list[dict]:
+    """The ``starts`` list: mappings of searched keys to values inside their distributions."""
+    if not isinstance(starts, list) or not all(isinstance(s, dict) and s for s in starts):
+        raise SpaceError(f"{STARTS} must be a list of mappings of searched keys to values, got {starts!r}")
+    out = []
+    for i, start in enumerate(starts):
+        point = _flatten(start)
+        for key, value in point.items():
+            if key not in params:
+                raise SpaceError(f"{STARTS}[{i}]: {key} is not searched by the space; "
+                                 "a start sets searched keys only")
+            if not _inside(params[key], value):
+                raise SpaceError(f"{STARTS}[{i}]: {key}={value!r} lies outside its distribution {params[key]}")
+        if point in out:
+            raise SpaceError(f"{STARTS}[{i}] repeats an earlier start")
+        out.append(point)
+    return out
 
 
 def load_space(path: str, config: str | None, overrides: Sequence[str] = ()) -> Space:
@@ -234,4 +275,9 @@ def load_space(path: str, config: str | None, overrides: Sequence[str] = ()) -> 
                 load_config(config, base + [override(key, value)])
             except ConfigError as exc:
                 raise SpaceError(f"space {os.path.basename(path)}, {key}={value!r}: {exc}") from None
+    for i, start in enumerate(space.starts):  # a start is a whole point: its keys together
+        try:
+            load_config(config, base + [override(k, v) for k, v in start.items()])
+        except ConfigError as exc:
+            raise SpaceError(f"space {os.path.basename(path)}, {STARTS}[{i}]: {exc}") from None
     return space

@@ -113,14 +113,18 @@ def open_storage(url: str):
 def open_study(storage, name: str, signature: dict | None, create: bool) -> optuna.Study:
     """Create (``create``) or load the study ``name``; one that holds
     another search than ``signature`` (base config, overrides or space) is a
-    :class:`SpaceError` (``None``: not checked)."""
+    :class:`SpaceError` (``None``: not checked). A study that records its
+    signature for the first time queues the signature's ``starts`` (the
+    space's starting points) as its first trials."""
     study = optuna.create_study(storage=storage, study_name=name, direction="maximize", load_if_exists=True) \
         if create else optuna.load_study(study_name=name, storage=storage)
     if signature is None:
         return study
     held = study.user_attrs.get("search")
-    if held is None:
+    if held is None:  # a new study: it records its search and queues the space's starts, once
         study.set_user_attr("search", signature)
+        for i, start in enumerate(signature.get("starts", [])):
+            study.enqueue_trial(start, user_attrs={"start": i}, skip_if_exists=False)
     elif held != signature:
         differ = sorted(k for k in set(held) | set(signature) if held.get(k) != signature.get(k))
         if differ == ["data"]:
