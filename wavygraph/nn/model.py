@@ -18,8 +18,8 @@ from .joint_ffn import JointFFN
 from .joint_norm import NORMS
 from .layer import Force, LayerContext, draw_seed, layer_class, norm_fn
 from .memory import MEMORY_KEYS, MemoryModes
-from .sequential import Total
 from .model_args import DIFFORMER_ARGS, RECIPE_ARGS, check_model_args, init_signature, model_args  # noqa: F401
+from .sequential import Total
 from .steppers import STEPPERS, make_stepper
 from .validate import InputError, check_inputs
 

@@ -75,7 +75,8 @@ def trial_rows(study: optuna.Study, keys: Sequence[str]) -> list[dict]:
 def write_trials_csv(study: optuna.Study, out_dir: str) -> Path:
     keys = list(study.user_attrs.get("search", {}).get("params", {}))
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=["number", *keys, *TRIAL_COLUMNS, "retry_of", "start"], lineterminator="\n")
+    fieldnames = ["number", *keys, *TRIAL_COLUMNS, "retry_of", "start"]
+    writer = csv.DictWriter(buf, fieldnames=fieldnames, lineterminator="\n")
     writer.writeheader()
     writer.writerows(trial_rows(study, keys))
     path = Path(out_dir) / "trials.csv"
