@@ -107,11 +107,15 @@ def test_shipped_spaces_fit_the_cora_base(name):
         assert space.fixed["model.arch"] == name
     if name == "reversible":
         assert space.fixed["model.reversible"] is True and space.fixed["model.readout"] == "mean"
-    if name == "wavy":  # its starts are the per-set configs (weight decay 0 as the range's low end)
+    # the starts are the per-set configs (weight decay 0 as the range's low end)
+    stems = {"wavy": ["cora", "minesweeper", "actor", "squirrel_filtered"],
+             "reversible": ["cora_reversible", "minesweeper_reversible"]}.get(name, [])
+    assert len(space.starts) == len(stems)
+    if stems:
         from omegaconf import OmegaConf
 
         from wavygraph.config import load_config
-        for i, stem in enumerate(["cora", "minesweeper", "actor", "squirrel_filtered"]):
+        for i, stem in enumerate(stems):
             cfg = load_config(str(ROOT / "configs" / f"{stem}.yaml"))
             point = {k: OmegaConf.select(cfg, k) for k in space.params}
             if point["train.weight_decay"] == 0:
