@@ -39,7 +39,19 @@ def _one_line_error(capsys):
 
 
 def _env():
-    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    # faulthandler: a child that hangs dumps its threads' stacks on SIGABRT (see _wait_or_dump)
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
+
+
+def _wait_or_dump(proc, timeout=120.0):
+    """Wait for the child; one that has not ended after ``timeout`` s (a generous bound, not a timing) is
+    aborted so that its Python stacks reach the failure message."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        _, err = proc.communicate(timeout=60)
+        pytest.fail(f"the child did not end within {timeout} s; its stacks:\n{err[-6000:]}")
 
 
 def _poll(condition, what, proc, timeout=120.0):
@@ -195,7 +207,7 @@ def test_killed_run_leaves_the_finished_folder_byte_for_byte(tmp_path, sig):
     try:
         _poll(lambda: (work / "config.yaml").is_file(), "config.yaml in the work folder", proc)
         proc.send_signal(sig)
-        proc.wait(timeout=120)
+        _wait_or_dump(proc)
     finally:
         if proc.poll() is None:
             proc.kill()
