@@ -40,7 +40,7 @@ from torch.autograd.function import once_differentiable
 
 from .joint_norm import frozen_stats
 from .layer import LayerContext, seeded_dropout  # noqa: F401  (seeded_dropout: re-exported)
-from .sequential import Hook, Total
+from .sequential import Hook, Total, run_layers
 from .steppers import STEPPERS, StepState
 
 
@@ -66,21 +66,14 @@ class _ReversibleFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, layers, lctx: LayerContext, hook: Hook, keep: bool, summed: bool, params: list, x: Tensor,
                 v: Tensor, x0: Tensor | None, *flat_params):
-        hidden, total = [], Total()
+        hidden, total = ([] if keep else None), (Total() if summed else None)
         with torch.no_grad():
-            state = StepState(x, v)
-            for i, layer in enumerate(layers):
-                state = layer(state, lctx._replace(x0=x0))
-                if keep and i + 1 < len(layers):
-                    hidden.append(state.x)
-                if summed:
-                    total.add(state.x)
-                if hook is not None:
-                    hook(i + 1, state.x)
+            state = run_layers(layers, StepState(x, v), lctx._replace(x0=x0), hook, hidden, total=total)
         ctx.layers, ctx.lctx, ctx.params, ctx.summed = layers, lctx, params, summed
         ctx.autocast = _autocast_state(x.device.type)
         ctx.save_for_backward(state.x, state.v, x0)
-        return (state.x, state.v, *([total.value] if summed else []), *hidden)
+        # x_1 .. x_{L-1} as outputs (x_L is the first output already)
+        return (state.x, state.v, *([total.value] if summed else []), *(hidden[:-1] if keep else []))
 
     @staticmethod
     @once_differentiable
