@@ -97,7 +97,8 @@ def test_every_space_is_checked():
 
 @pytest.mark.parametrize("name", SPACES)
 def test_shipped_spaces_fit_the_cora_base(name):
-    space = load_space(str(ROOT / "configs" / "spaces" / f"{name}.yaml"), str(ROOT / "configs" / "cora.yaml"),
+    base = "cora_reversible" if name == "reversible" else "cora"  # the config each space's header tunes from
+    space = load_space(str(ROOT / "configs" / "spaces" / f"{name}.yaml"), str(ROOT / "configs" / f"{base}.yaml"),
                        ["model.num_layers=16"])
     assert "model.num_layers" not in space.params  # the depth is the user's
     if name in WAVY_SPACES:  # the attention stays on: the local branch's blend stays below 1
@@ -107,20 +108,37 @@ def test_shipped_spaces_fit_the_cora_base(name):
         assert space.fixed["model.arch"] == name
     if name == "reversible":
         assert space.fixed["model.reversible"] is True and space.fixed["model.readout"] == "mean"
-    # the starts are the per-set configs (weight decay 0 as the range's low end)
+    # the starts are the base config, then the per-set configs (weight decay 0 as the range's low end); from
+    # the space's own Cora config the base is the first of them and runs once
     stems = {"wavy": ["cora", "minesweeper", "actor", "squirrel_filtered"],
              "reversible": ["cora_reversible", "minesweeper_reversible"]}.get(name, [])
-    assert len(space.starts) == len(stems)
     if stems:
-        from omegaconf import OmegaConf
-
-        from wavygraph.config import load_config
         for i, stem in enumerate(stems):
-            cfg = load_config(str(ROOT / "configs" / f"{stem}.yaml"))
-            point = {k: OmegaConf.select(cfg, k) for k in space.params}
-            if point["train.weight_decay"] == 0:
-                point["train.weight_decay"] = space.params["train.weight_decay"]["low"]
-            assert space.starts[i] == point, stem
+            assert space.starts[i] == config_point(space, stem), stem
+        assert len(space.starts) == len(stems)
+        # from another base (citeseer: weight decay 1.0) the base's point comes first
+        other = load_space(str(ROOT / "configs" / "spaces" / f"{name}.yaml"), str(ROOT / "configs" / "citeseer.yaml"),
+                           ["model.num_layers=16"])
+        if name == "wavy":
+            assert other.starts[0] == config_point(space, "citeseer") and other.starts[1:] == space.starts
+            assert other.starts[0]["train.weight_decay"] == 1.0
+        else:  # the reversible space fixes the kind: citeseer's light_wave keys are not searched
+            assert other.starts[1:] == space.starts and other.starts[0]["train.weight_decay"] == 1.0
+    else:  # the baselines start from their papers' settings (GCN, GCNII) or from draws (SGFormer)
+        assert len(space.starts) == {"gcn": 1, "gcnii": 1, "sgformer": 0}[name]
+
+
+def config_point(space, stem: str) -> dict:
+    """The searched keys' values in configs/<stem>.yaml, weight decay 0 as the range's low end."""
+    from omegaconf import OmegaConf
+
+    from wavygraph.config import load_config
+
+    cfg = load_config(str(ROOT / "configs" / f"{stem}.yaml"))
+    point = {k: OmegaConf.select(cfg, k) for k in space.params}
+    if point["train.weight_decay"] == 0:
+        point["train.weight_decay"] = space.params["train.weight_decay"]["low"]
+    return point
 
 
 GOOD = {"train.lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}}
@@ -244,6 +262,9 @@ def test_starts_are_parsed_flat_or_nested(tmp_path):
     ([{"model.hidden_channels": 8.5}], "model.hidden_channels=8.5 lies outside"),
     ([{"model.hidden_channels": True}], "model.hidden_channels=True lies outside"),
     ([{"train.lr": 0.005}, {"train.lr": 0.005}], r"starts\[1\] repeats an earlier start"),
+    (["base", "base"], r"starts\[1\] repeats an earlier start"),
+    (["bse"], "starts must be a list of mappings"),
+    ([None], "starts must be a list of mappings"),
 ])
 def test_bad_starts(tmp_path, starts, message):
     with pytest.raises(SpaceError, match=message):
@@ -259,3 +280,56 @@ def test_a_start_is_checked_as_a_whole_point_on_the_base_config(tmp_path):
     space["starts"].append({"model.local": "sep", "model.use_graph": False})
     with pytest.raises(SpaceError, match=r"starts\[1\]: model.local='sep' needs model.use_graph=true"):
         load_space(write(tmp_path, space), CSBM, SMALL)
+
+
+def based(tmp_path: Path, values: dict) -> str:
+    """configs/csbm.yaml with ``values`` (dotted keys) written into a new base config file."""
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.load(CSBM)
+    for key, value in values.items():
+        OmegaConf.update(cfg, key, value)
+    path = tmp_path / "base.yaml"
+    OmegaConf.save(cfg, path)
+    return str(path)
+
+
+def test_the_base_start_is_the_base_configs_point(tmp_path):
+    """``base``: each searched key at the base's value, a number outside its range at the nearest end (on the
+    step's grid for a stepped one), a value outside a categorical's choices left out (drawn); in file order."""
+    space = {"train.lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True},
+             "train.weight_decay": {"type": "float", "low": 1e-4, "high": 1e-1, "log": True},
+             "model.hidden_channels": {"type": "int", "low": 8, "high": 40, "step": 16},
+             "model.dropout": {"type": "float", "low": 0.0, "high": 0.6},
+             "model.residual": {"type": "categorical", "choices": ["diffusion", "light_wave"]},
+             "model.kernel": {"type": "categorical", "choices": ["sigmoid"]},
+             "starts": [{"train.lr": 0.005}, "base"]}
+    values = {"train.lr": 0.0005, "train.weight_decay": 0, "model.hidden_channels": 33, "model.dropout": 0.3,
+              "model.residual": "light_wave", "model.kernel": "simple"}
+    got = load_space(write(tmp_path, space), based(tmp_path, values), SMALL).starts
+    # 0.0005 < low: low; 0 < low: low; 33 on the grid 8, 24, 40: 40; 0.3 inside; light_wave a choice;
+    # simple not a choice: drawn
+    assert got == [{"train.lr": 0.005},
+                   {"train.lr": 1e-3, "train.weight_decay": 1e-4, "model.hidden_channels": 40, "model.dropout": 0.3,
+                    "model.residual": "light_wave"}]
+    assert isinstance(got[1]["model.hidden_channels"], int) and isinstance(got[1]["model.dropout"], float)
+    values.update({"model.hidden_channels": 100, "model.dropout": 0.9})  # above the ranges: the high ends
+    got = load_space(write(tmp_path, space), based(tmp_path, values), SMALL).starts[1]
+    assert got["model.hidden_channels"] == 40 and got["model.dropout"] == 0.6
+    values["model.hidden_channels"] = 15  # nearer 8 than 24
+    assert load_space(write(tmp_path, space), based(tmp_path, values), SMALL).starts[1]["model.hidden_channels"] == 8
+
+
+def test_a_base_start_equal_to_a_listed_start_runs_once(tmp_path):
+    point = {"train.lr": 0.005, "model.residual": "diffusion", "model.hidden_channels": 16}  # csbm.yaml: diffusion
+    space = {**STARTED, "starts": ["base", point, {"train.lr": 0.002}]}
+    base = based(tmp_path, {"train.lr": 0.005, "model.hidden_channels": 16})
+    assert load_space(write(tmp_path, space), base, SMALL).starts == [point, {"train.lr": 0.002}]
+    space["starts"] = [point, "base"]
+    assert load_space(write(tmp_path, space), base, SMALL).starts == [point]
+    space["starts"] = [{k: v for k, v in point.items() if k != "model.residual"}, "base"]  # not equal: both run
+    assert load_space(write(tmp_path, space), base, SMALL).starts == [space["starts"][0], point]
+    # a base with no value the space can take queues nothing
+    space = {"model.kernel": {"type": "categorical", "choices": ["sigmoid"]}, "starts": ["base"]}
+    assert load_space(write(tmp_path, space), CSBM, SMALL).starts == []
+

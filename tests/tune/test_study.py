@@ -254,3 +254,15 @@ def test_starts_are_the_first_trials_once(tmp_path, capsys):
     rc = main(["tune", CSBM, "--space", write_space(tmp_path, space), *SMALL, "train.epochs=2", f"out_dir={plain}",
                "--no-progress", "--trials", "2"])
     assert rc == 2 and "holds another search (starts differ)" in capsys.readouterr().err
+
+
+def test_the_base_start_runs_the_base_configs_values(tmp_path, capsys):
+    """``base`` queues the base config's values (csbm.yaml: lr 0.001, dropout 0.2, diffusion) as the first trial."""
+    space = {**SPACE, "starts": ["base", {"model.residual": "light_wave"}]}
+    out = tmp_path / "b"
+    summary = tune(capsys, out, "--trials", "2", "--pruner", "none", space=space, epochs=2)
+    assert summary["rc"] == 0 and summary["complete"] == 2
+    rows = read_rows(out)
+    assert [r["start"] for r in rows] == ["0", "1"]
+    assert float(rows[0]["train.lr"]) == 0.001 and float(rows[0]["model.dropout"]) == 0.2
+    assert rows[0]["model.residual"] == "diffusion" and rows[1]["model.residual"] == "light_wave"

@@ -14,7 +14,12 @@ The one top-level key that is not a config key, ``starts``, lists known
 good points of the space (mappings of searched keys to values inside their
 distributions): a new study runs them as its first trials, in order, the
 searched keys a start leaves out drawn by the sampler, so that a small budget
-begins from configs that held elsewhere instead of from random draws.
+begins from configs that held elsewhere instead of from random draws. The
+entry ``base`` stands for the base config's own point: each searched key at
+the base config's value, a number outside its range taken at the nearest end
+(on the step's grid), a value outside a categorical's choices left to the
+sampler; a start that repeats an earlier one is dropped, so a base config
+that is one of the listed starts runs once.
 
 :func:`load_space` checks the file against the config schema before anything
 runs: an unknown key, a distribution the key's type cannot take (a float for
@@ -38,6 +43,8 @@ from wavygraph.utils import read_yaml
 DIST_TYPES = ("float", "int", "categorical")
 #: the top-level key of a space file that lists its starting points (not a config key)
 STARTS = "starts"
+#: the start that stands for the base config's own values of the searched keys
+BASE = "base"
 _DIST_FIELDS = {"float": {"low", "high", "log", "step"}, "int": {"low", "high", "log", "step"},
                 "categorical": {"choices"}}
 #: keys a trial's run sets itself (where it writes, on which device, ...)
@@ -59,7 +66,9 @@ class Space:
             or {"type", "choices"}}``, in file order.
         fixed (dict): ``{config key: value}`` set in every trial.
         starts (list): ``[{searched key: value}]``, the first trials of a
-            new study (see the module).
+            new study (see the module); after :func:`parse_space` it may hold
+            :data:`BASE`, which :func:`load_space` replaces by the base
+            config's point.
     """
 
     path: str
@@ -238,14 +247,16 @@ def _inside(d: dict, value: Any) -> bool:
     return d["low"] <= value <= d["high"]
 
 
-def _check_starts(starts: Any, params: dict) -> list[dict]:
-    """The ``starts`` list: mappings of searched keys to values inside their distributions."""
-    if not isinstance(starts, list) or not all(isinstance(s, dict) and s for s in starts):
-        raise SpaceError(f"{STARTS} must be a list of mappings of searched keys to values, got {starts!r}")
+def _check_starts(starts: Any, params: dict) -> list:
+    """The ``starts`` list: :data:`BASE` (once) or mappings of searched keys to
+    values inside their distributions."""
+    if not isinstance(starts, list) or not all((isinstance(s, dict) and s) or s == BASE for s in starts):
+        raise SpaceError(f"{STARTS} must be a list of mappings of searched keys to values (or {BASE!r}, the base "
+                         f"config's values), got {starts!r}")
     out = []
     for i, start in enumerate(starts):
-        point = _flatten(start)
-        for key, value in point.items():
+        point = start if start == BASE else _flatten(start)
+        for key, value in ({} if start == BASE else point).items():
             if key not in params:
                 raise SpaceError(f"{STARTS}[{i}]: {key} is not searched by the space; "
                                  "a start sets searched keys only")
@@ -257,17 +268,48 @@ def _check_starts(starts: Any, params: dict) -> list[dict]:
     return out
 
 
+def _nearest(d: dict, value: Any) -> Any:
+    """The point of the checked distribution ``d`` nearest to the base
+    config's ``value``, or ``None`` where it has none (a value that is not
+    among a categorical's choices, or not a number for a range)."""
+    if d["type"] == "categorical":
+        return next((c for c in d["choices"] if json.dumps(c) == json.dumps(value)), None)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    value = min(max(value, d["low"]), d["high"])
+    if d.get("step"):  # onto the grid low + k * step, inside the range
+        k = round((value - d["low"]) / d["step"])
+        value = min(d["low"] + k * d["step"], d["high"] - (d["high"] - d["low"]) % d["step"])
+    return int(round(value)) if d["type"] == "int" else float(value)
+
+
+def base_point(params: dict, cfg) -> dict:
+    """The :data:`BASE` start: every searched key at the config ``cfg``'s
+    value, moved to the nearest point of its distribution; keys without
+    one are left out (drawn)."""
+    from omegaconf import OmegaConf
+
+    point = {}
+    for key, d in params.items():
+        value = _nearest(d, OmegaConf.select(cfg, key))
+        if value is not None:
+            point[key] = value
+    return point
+
+
 def load_space(path: str, config: str | None, overrides: Sequence[str] = ()) -> Space:
     """:func:`parse_space`, then every endpoint and choice on the base
     ``config`` with ``overrides``: a value the config rejects, or a searched
-    key also given as an override, is a :class:`SpaceError`."""
+    key also given as an override, is a :class:`SpaceError`. :data:`BASE`
+    in ``starts`` becomes the base config's point (:func:`base_point`), and
+    each start is checked as a whole on the base config."""
     space = parse_space(path)
     given = {item.split("=", 1)[0].strip() for item in overrides}
     for key in space.params:
         if key in given:
             raise SpaceError(f"{key} is searched by the space and also set as {key}=...; drop one of them")
     base = space.fixed_overrides() + list(overrides)
-    load_config(config, base)
+    cfg = load_config(config, base)
     for key, d in space.params.items():
         values = d["choices"] if d["type"] == "categorical" else [d["low"], d["high"]]
         for value in values:
@@ -275,9 +317,14 @@ def load_space(path: str, config: str | None, overrides: Sequence[str] = ()) -> 
                 load_config(config, base + [override(key, value)])
             except ConfigError as exc:
                 raise SpaceError(f"space {os.path.basename(path)}, {key}={value!r}: {exc}") from None
-    for i, start in enumerate(space.starts):  # a start is a whole point: its keys together
-        try:
-            load_config(config, base + [override(k, v) for k, v in start.items()])
+    starts = []
+    for i, start in enumerate(space.starts):  # BASE becomes the base config's point; a repeated point runs once
+        point = base_point(space.params, cfg) if start == BASE else start
+        try:  # a start is a whole point: its keys together
+            load_config(config, base + [override(k, v) for k, v in point.items()])
         except ConfigError as exc:
             raise SpaceError(f"space {os.path.basename(path)}, {STARTS}[{i}]: {exc}") from None
+        if point and point not in starts:
+            starts.append(point)
+    space.starts = starts
     return space
