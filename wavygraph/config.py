@@ -31,6 +31,9 @@ from wavygraph.nn.model_args import ModelArgs, Spelling, check_model_args
 from wavygraph.nn.validate import InputError, check_choice
 from wavygraph.utils import one_line
 
+#: ``train.cpu_heap`` values (wavygraph.train.env.fix_cpu_heap)
+CPU_HEAPS = ("auto", "mmap", "default")
+
 
 DIST_BACKENDS = ("auto", "gloo", "nccl")
 #: ``model.arch``: the WavyDIFFormer or a PyG baseline (see :mod:`wavygraph.train.models`).
@@ -115,6 +118,9 @@ class TrainConfig:
     seed: int = 0
     device: str = "auto"  # auto: the GPU where there is one (cuda:0), else cpu; or cpu, cuda, cuda:1, ...
     num_threads: Optional[int] = None  # torch CPU threads; None: torch's default
+    # glibc's heap on CPU: "auto" fixes its mmap threshold (train.env.fix_cpu_heap) for the memory
+    # modes (model.reversible, model.gradient_checkpointing), "mmap" always, "default" never
+    cpu_heap: str = "auto"
     diagnostics: bool = True
     progress: bool = True
     checkpoint_every: int = 0  # write out_dir/checkpoint.pt every k epochs (0: never)
@@ -237,6 +243,7 @@ def _check(cfg: DictConfig) -> None:
     positive("train.eval_every", t.eval_every)
     positive("train.patience", t.patience)
     positive("train.num_threads", t.num_threads)
+    choice("train.cpu_heap", t.cpu_heap, CPU_HEAPS)
     positive("data.split", d.split, allow_zero=True)
     choice("data.split_mode", d.split_mode, SPLIT_MODES)
     _check_file_keys(d)

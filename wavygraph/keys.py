@@ -50,7 +50,8 @@ class Added:
 #: Dotted config key -> what it changes instead of the result (see the module's docstring).
 NEUTRAL_KEYS: dict[str, Any] = {
     "out_dir": NOTHING, "data.root": NOTHING, "train.progress": NOTHING, "train.checkpoint_every": NOTHING,
-    "train.resume": NOTHING, "model.gradient_checkpointing": NOTHING, "model.checkpoint_segments": NOTHING,
+    "train.resume": NOTHING, "train.cpu_heap": NOTHING, "model.gradient_checkpointing": NOTHING,
+    "model.checkpoint_segments": NOTHING,
     "train.device": ROUNDING, "train.num_threads": ROUNDING, "train.dist_backend": ROUNDING,
     "model.step_impl": ROUNDING,
     "train.diagnostics": OUTPUTS,

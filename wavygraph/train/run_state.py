@@ -18,7 +18,7 @@ from wavygraph.data import DatasetInfo, load_dataset
 from wavygraph.fingerprint import data_fingerprint
 
 from . import distributed as dist_utils
-from .env import resolve_device, seed_everything, set_num_threads
+from .env import fix_cpu_heap, resolve_device, seed_everything, set_num_threads
 from .models import build_model, param_groups
 from .resume import TrainState, restore
 from .run_folder import RunFolder
@@ -98,6 +98,8 @@ def prepare_process(cfg: DictConfig) -> torch.device:
     t = cfg.train
     device = resolve_device(t.device)
     set_num_threads(t.num_threads)
+    memory_mode = bool(cfg.model.get("reversible") or cfg.model.get("gradient_checkpointing"))
+    fix_cpu_heap(t.get("cpu_heap", "auto"), memory_mode and device.type == "cpu")
     seed_everything(t.seed)
     return device
 
