@@ -20,3 +20,17 @@ def test_paired_ratios_are_the_median_of_per_repetition_ratios():
     r = paired_ratios(times, "base")
     assert r["base"] == 1.0
     assert r["x"] == pytest.approx(1.1)  # median of 1.1, 1.1, 1.2
+
+
+def test_reversible_error_takes_model_options(capsys):
+    """``--set`` reaches the model (its options are printed) and the errors are rounding-sized."""
+    from benchmarks import reversible_error
+
+    reversible_error.main(["--layers", "3", "--num-nodes", "200", "--hidden", "8",
+                           "--set", "tau=0.5", "ffn=true", "norm=batch", "local=sep", "shared_attention=false"])
+    out = capsys.readouterr().out.splitlines()
+    assert "'tau': 0.5" in out[0] and "'ffn': True" in out[0] and "'local': 'sep'" in out[0]
+    f32, f64 = (float(w.rstrip(",")) for w in out[1].split() if "e-" in w)
+    assert 0 <= f32 < 1e-4 and 0 <= f64 < 1e-12
+    with pytest.raises(SystemExit):
+        reversible_error.main(["--set", "ffn"])
