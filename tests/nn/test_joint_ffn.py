@@ -20,6 +20,25 @@ def test_joint_ffn_is_jacobian_vector_product(activation):
     assert ffn(x)[1] is None
 
 
+@pytest.mark.parametrize("activation", ["gelu", "relu"])
+def test_joint_ffn_without_velocity_is_the_same_map_and_keeps_only_its_input(activation):
+    """Without ``v`` the FFN is the same function (value and gradient) as its x-part with ``v``, and keeps for
+    backward only lin1's input, ``h`` and lin2's input (the velocity path's derivative is not computed)."""
+    torch.manual_seed(1)
+    ffn = JointFFN(5, 7, activation=activation).double()
+    x = torch.randn(11, 5, dtype=torch.float64, requires_grad=True)
+    with_v = ffn(x, torch.randn(11, 5, dtype=torch.float64))[0]
+    (g_with,) = torch.autograd.grad(with_v.pow(2).sum(), x)
+    saved = []
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.shape) or t, lambda t: t):
+        alone = ffn(x)[0]
+    (g_alone,) = torch.autograd.grad(alone.pow(2).sum(), x)
+    torch.testing.assert_close(alone, with_v, rtol=0, atol=1e-14)
+    torch.testing.assert_close(g_alone, g_with, rtol=0, atol=1e-12)
+    big = [s for s in saved if s == (11, 7)]  # (N, hidden) tensors kept for backward: h and the activation
+    assert len(big) <= 2, saved
+
+
 def test_joint_ffn_gelu_derivative_is_exact_not_tanh():
     ffn = JointFFN(1, 1).double()
     with torch.no_grad():

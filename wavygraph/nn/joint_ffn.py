@@ -65,10 +65,11 @@ class JointFFN(nn.Module):
 
     def forward(self, x: Tensor, v: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
         h = self.lin1(x)  # (N, hidden)
+        if v is None:  # no derivative to carry: torch's fused activation, which keeps only h for backward
+            act = F.gelu(h) if self.activation == "gelu" else torch.relu(h)
+            return self.lin2(act), None
         act, dact = _activation_and_derivative(self.activation, h)
         x_out = self.lin2(act)
-        if v is None:
-            return x_out, None
         v_out = F.linear(dact * F.linear(v, self.lin1.weight), self.lin2.weight)
         return x_out, v_out
 
