@@ -104,7 +104,9 @@ def _backward_layers(ctx, x: Tensor, v: Tensor, gx: Tensor, gv: Tensor, g_sum: T
         if g_sum is not None:  # x_{i+1} is a term of the sum
             gx = gx + g_sum
         layer = ctx.layers[i]
-        x, v, gx, gv, g_layer = _layer_backward(layer, lctx, x, v, gx, gv, ctx.autocast)
+        held = [x, v, gx, gv]  # handed over: the layer's backward drops each as soon as it is spent
+        del x, v, gx, gv
+        x, v, gx, gv, g_layer = _layer_backward(layer, lctx, held, ctx.autocast)
         for p, g in zip(_grad_params(layer), g_layer[:-1]):
             k = index[id(p)]
             if g is not None:
@@ -114,11 +116,13 @@ def _backward_layers(ctx, x: Tensor, v: Tensor, gx: Tensor, gv: Tensor, g_sum: T
     return gx, gv, g_x0
 
 
-def _layer_backward(layer: nn.Module, ctx: LayerContext, x: Tensor, v: Tensor, gx: Tensor, gv: Tensor,
-                    autocast: tuple):
+def _layer_backward(layer: nn.Module, ctx: LayerContext, held: list, autocast: tuple):
     """The layer undone and backpropagated: its input ``(x, v)``, the
     gradients of that input and the gradients of the layer's parameters
-    (then of ``ctx.x0``) from the output ``(x', v')`` and its gradients. The
+    (then of ``ctx.x0``) from the output ``(x', v')`` and its gradients,
+    handed over in ``held = [x', v', g_x', g_v']``, which it empties: the
+    output state is dropped once inverted and its gradients once spent, so
+    that at most two ``(x, v)`` pairs of ``N x C`` tensors live at once. The
     force is recomputed under the forward pass's ``autocast`` state."""
     taken = {}
     device, enabled, dtype = autocast
@@ -130,12 +134,15 @@ def _layer_backward(layer: nn.Module, ctx: LayerContext, x: Tensor, v: Tensor, g
         return taken["f"].detach()
 
     with torch.no_grad():
-        x_in, v_in = layer.inverse(StepState(x, v), ctx, field)
+        x_in, v_in = layer.inverse(StepState(held[0], held[1]), ctx, field)
+    held[:2] = []  # the output state, rebuilt from
     x0 = ctx.x0
     with torch.enable_grad():  # the step itself, given the force: (x', v') from (x, v, F)
         xl, vl, fl = (t.detach().requires_grad_(True) for t in (x_in, v_in, taken["f"]))
         x_out, v_out = layer.step(StepState(xl, vl), fl)
-        g_x, g_v, g_f = torch.autograd.grad((x_out, v_out), (xl, vl, fl), (gx, gv), allow_unused=True)
+        g_out = (held.pop(0), held.pop(0))
+        g_x, g_v, g_f = torch.autograd.grad((x_out, v_out), (xl, vl, fl), g_out, allow_unused=True)
+        del x_out, v_out, g_out
         params = _grad_params(layer)
         inputs = [taken["x"], *params] + ([x0] if x0 is not None and x0.requires_grad else [])
         g_in = torch.autograd.grad(taken["f"], inputs, g_f, allow_unused=True)
