@@ -135,7 +135,7 @@ def _layer_backward(layer: nn.Module, ctx: LayerContext, held: list, autocast: t
 
     with torch.no_grad():
         x_in, v_in = layer.inverse(StepState(held[0], held[1]), ctx, field)
-    held[:2] = []  # the output state, rebuilt from
+    held[:2] = []  # the output state: its input is rebuilt, so it is not needed any more
     x0 = ctx.x0
     with torch.enable_grad():  # the step itself, given the force: (x', v') from (x, v, F)
         xl, vl, fl = (t.detach().requires_grad_(True) for t in (x_in, v_in, taken["f"]))

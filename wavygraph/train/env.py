@@ -82,10 +82,9 @@ def fix_cpu_heap(mode: str, memory_mode: bool) -> bool:
     of that size from its heap, where blocks freed between ones still in use
     cannot be returned. A memory mode frees and reallocates ``N x C``
     tensors layer after layer, and the heap's resident size then grows with
-    the depth although the live tensors do not (at 20,000 nodes, hidden 256,
-    with the FFN: 1,785 MB at 4 layers and 4,270 MB at 32; with the threshold
-    fixed, 1,272 and 1,422 MB; docs/memory.md). A fixed threshold turns that
-    raise off, at the price of fresh pages for every large tensor.
+    the depth although the live tensors do not (measured in docs/memory.md).
+    A fixed threshold turns that raise off, at the price of fresh pages for
+    every large tensor.
 
     Returns whether the threshold was set (never off glibc's Linux, or where
     ``mallopt`` is missing)."""
