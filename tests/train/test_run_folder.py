@@ -202,8 +202,11 @@ def test_killed_run_leaves_the_finished_folder_byte_for_byte(tmp_path, sig):
     assert _files(out) == before
 
     work = Path(work_dir_of(out))
+    # Ctrl-C's default action in the child, even where this test runs with SIGINT ignored (a background job of a
+    # shell without job control, or nohup): a child inherits the ignored SIGINT and Python then keeps ignoring it
     proc = subprocess.Popen(cmd + ["train.epochs=100000", "--overwrite"], env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         _poll(lambda: (work / "config.yaml").is_file(), "config.yaml in the work folder", proc)
         proc.send_signal(sig)
