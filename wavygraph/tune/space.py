@@ -273,7 +273,7 @@ def _nearest(d: dict, value: Any) -> Any:
     config's ``value``, or ``None`` where it has none (a value that is not
     among a categorical's choices, or not a number for a range)."""
     if d["type"] == "categorical":
-        return next((c for c in d["choices"] if json.dumps(c) == json.dumps(value)), None)
+        return value if _inside(d, value) else None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     value = min(max(value, d["low"]), d["high"])
