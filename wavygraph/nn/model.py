@@ -104,6 +104,13 @@ class WavyDIFFormer(MemoryModes, nn.Module):
         tau (float, optional): step size; :obj:`None` takes the stepper's
             ``default_tau``: ``1.0`` for ``diffusion``, ``mix`` and
             ``light_wave``, ``0.5`` for the others. (default: :obj:`0.5`)
+        tau_layers (int, optional): the depth at which ``tau`` is the step;
+            at ``num_layers`` layers the step is
+            ``tau * tau_layers / num_layers``, so that every depth
+            integrates the same time span (an undamped kind such as
+            ``leapfrog`` oscillates for as long as it is integrated, and
+            its last layers read another phase at another depth).
+            :obj:`None` keeps ``tau`` at every depth. (default: :obj:`None`)
         input_dropout (float, optional): dropout of the raw node features
             before the input layer (as PyG's GCN example drops its input).
             (default: :obj:`0.0`)

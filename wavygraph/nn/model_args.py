@@ -64,6 +64,7 @@ class ModelArgs:
     source: bool = False  # add x_0 to every layer before its norm (DIFFormer's --use_source)
     source_weight: Optional[float] = 1.0  # weight alpha of the added x_0 (None: 0.25), only with source
     tau: Optional[float] = 0.5  # step size; None: the kind's default_tau
+    tau_layers: Optional[int] = None  # tau is the step at this depth; at L layers tau * tau_layers / L
     input_dropout: float = 0.0  # dropout of the raw features before the input layer
     dropout: float = 0.2
     layer_dropout: Optional[float] = None  # None: same as dropout
@@ -82,8 +83,11 @@ class ModelArgs:
     reversible: bool = False  # gradients by inverting the steps, no stored layer state (kinds with an inverse)
 
     def step_size(self) -> float:
-        """``tau``, or the kind's ``default_tau`` when it is None."""
-        return STEPPERS[self.residual].default_tau if self.tau is None else self.tau
+        """``tau``, or the kind's ``default_tau`` when it is None; with
+        ``tau_layers`` scaled by ``tau_layers / num_layers``, so that every
+        depth integrates the same time span ``tau * tau_layers``."""
+        tau = STEPPERS[self.residual].default_tau if self.tau is None else self.tau
+        return tau if self.tau_layers is None else tau * self.tau_layers / self.num_layers
 
     def kind_options(self) -> dict:
         """``residual_options``, or the kind's ``default_options`` when None."""
@@ -136,6 +140,8 @@ def check_model_args(args: ModelArgs, spell: Spelling = PYTHON) -> None:
     key = spell.key
     for name in ("num_layers", "hidden_channels", "heads"):
         check_positive_int(key(name), getattr(args, name), InputError)
+    if args.tau_layers is not None:
+        check_positive_int(key("tau_layers"), args.tau_layers, InputError)
     for name, choices in (("residual", STEPPERS), ("kernel", KERNELS), ("dropout_at", DROPOUT_AT),
                           ("ffn_activation", ACTIVATIONS), ("force_scale", FORCE_SCALES), ("norm", NORMS),
                           ("step_impl", STEP_IMPLS), ("local", LOCALS),
