@@ -22,7 +22,7 @@ from wavygraph.data.csbm import load_csbm
 from wavygraph.nn import WavyDIFFormer, gcn_adjacency
 from wavygraph.nn.reversible import reconstruction_error
 
-#: ``configs/cora.yaml``'s model options (the residual kind aside)
+#: ``configs/cora_recipe.yaml``'s model options (the residual kind aside)
 RECIPE = dict(graph_weight=0.8, tau=1.0, value_proj=False, dropout_at="force", source=True, source_weight=0.25,
               shared_attention=True)
 

@@ -85,14 +85,14 @@ def test_shipped_configs_load(path):
 def test_reversible_configs_change_only_the_kind(name):
     """configs/<set>_reversible.yaml is the set's config with the reversible leapfrog kind, its step and
     the mean readout (the time average of the undamped oscillation)."""
-    kind_keys = {"model.residual", "model.reversible", "model.tau", "model.readout"}
+    kind_keys = {"model.residual", "model.reversible", "model.tau", "model.tau_layers", "model.readout"}
     from wavygraph.utils import flatten
 
     base, rev = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml"))))
                  for n in (name, f"{name}_reversible"))
     assert {k for k in base if base[k] != rev[k]} - {"out_dir"} == kind_keys
     assert rev["model.residual"] == "leapfrog" and rev["model.reversible"] is True
-    assert rev["model.readout"] == "mean" and rev["model.tau"] == 0.5
+    assert rev["model.readout"] == "mean" and rev["model.tau"] == 0.5 and rev["model.tau_layers"] == 16
 
 
 def test_model_config_covers_every_model_option():
@@ -133,13 +133,15 @@ def test_config_path_builds_difformer_not_the_class_defaults():
     assert [st.lam0 for st in mix.steppers] == [0.5] * 3
 
 
-def recipe_changes(name):
-    """{key: (DIFFormer's value, ours)} where configs/<name>.yaml differs from configs/difformer/<name>.yaml."""
+def recipe_changes(name, ours="{}"):
+    """{key: (DIFFormer's value, ours)} where configs/<ours>.yaml (``ours`` formatted with the set's name)
+    differs from configs/difformer/<name>.yaml."""
     from wavygraph.utils import flatten
 
-    ours = flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{name}.yaml"))))
+    ours = ours.format(name)
+    ours, key = flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{ours}.yaml")))), ours
     theirs = flatten(OmegaConf.to_container(load_config(str(CONFIGS / "difformer" / f"{name}.yaml"))))
-    assert ours.pop("out_dir") == f"runs/{name}" and ours["data.name"] == name
+    assert ours.pop("out_dir") == f"runs/{key}" and ours["data.name"] == name
     theirs.pop("out_dir")
     return {k: (theirs[k], v) for k, v in ours.items() if theirs[k] != v}
 
@@ -148,7 +150,7 @@ def test_planetoid_configs_carry_the_cora_recipe():
     """configs/<set>.yaml is DIFFormer's run.sh line for that set (configs/difformer/<set>.yaml)
     plus the recipe's changes, the same changes for cora, citeseer and pubmed (Cora also has its
     own weight decay); the attention stays on (graph_weight < 1) and the residual kind is a wave kind."""
-    cora = recipe_changes("cora")
+    cora = recipe_changes("cora", "cora_recipe")
     # DIFFormer tunes the weight decay per set (0.01 / 1.0 / 1e-4); Cora's was re-chosen by validation
     assert cora.pop("train.weight_decay") == (0.01, 0.05)
     assert recipe_changes("citeseer") == cora and recipe_changes("pubmed") == cora
@@ -158,11 +160,11 @@ def test_planetoid_configs_carry_the_cora_recipe():
 
 
 def test_minesweeper_recipe_config_carries_the_recipes_model():
-    """configs/minesweeper_recipe.yaml is the Cora recipe's model (every model key of configs/cora.yaml
+    """configs/minesweeper_recipe.yaml is the Cora recipe's model (every model key of configs/cora_recipe.yaml
     but the depth, chosen per data set by validation) with its own data and training block."""
     from wavygraph.utils import flatten
 
-    cora, mines = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml")))) for n in ("cora", "minesweeper_recipe"))
+    cora, mines = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml")))) for n in ("cora_recipe", "minesweeper_recipe"))
     model = {k for k in cora if k.startswith("model.") and k != "model.num_layers"}
     assert {k: mines[k] for k in model} == {k: cora[k] for k in model}
     assert mines["data.name"] == "minesweeper" and mines["model.graph_weight"] < 1
@@ -170,9 +172,9 @@ def test_minesweeper_recipe_config_carries_the_recipes_model():
 
 def test_arxiv_standin_recipe_sweep_sets_the_recipes_model_changes():
     """configs/sweeps/arxiv_standin_recipe.yaml sets exactly the recipe's model changes (the residual
-    kind comes from its grid), so the stand-in cells follow configs/cora.yaml."""
+    kind comes from its grid), so the stand-in cells follow configs/cora_recipe.yaml."""
     sweep = OmegaConf.to_container(OmegaConf.load(CONFIGS / "sweeps" / "arxiv_standin_recipe.yaml"))
     model = {k: v for k, v in sweep["set"].items() if k.startswith("model.")}
-    recipe = {k: v for k, (_, v) in recipe_changes("cora").items() if k.startswith("model.") and k != "model.residual"}
+    recipe = {k: v for k, (_, v) in recipe_changes("cora", "cora_recipe").items() if k.startswith("model.") and k != "model.residual"}
     assert model == recipe
-    assert recipe_changes("cora")["model.residual"][1] in sweep["grid"]["model.residual"]
+    assert recipe_changes("cora", "cora_recipe")["model.residual"][1] in sweep["grid"]["model.residual"]
