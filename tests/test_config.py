@@ -133,17 +133,30 @@ def test_config_path_builds_difformer_not_the_class_defaults():
     assert [st.lam0 for st in mix.steppers] == [0.5] * 3
 
 
-def recipe_changes(name, ours="{}"):
-    """{key: (DIFFormer's value, ours)} where configs/<ours>.yaml (``ours`` formatted with the set's name)
-    differs from configs/difformer/<name>.yaml."""
+def recipe_changes(name, ours=None):
+    """{key: (DIFFormer's value, ours)} where configs/<ours>.yaml (default: <name>.yaml) differs from
+    configs/difformer/<name>.yaml."""
     from wavygraph.utils import flatten
 
-    ours = ours.format(name)
-    ours, key = flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{ours}.yaml")))), ours
+    ours = ours or name
+    mine = flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{ours}.yaml"))))
     theirs = flatten(OmegaConf.to_container(load_config(str(CONFIGS / "difformer" / f"{name}.yaml"))))
-    assert ours.pop("out_dir") == f"runs/{key}" and ours["data.name"] == name
+    assert mine.pop("out_dir") == f"runs/{ours}" and mine["data.name"] == name
     theirs.pop("out_dir")
-    return {k: (theirs[k], v) for k, v in ours.items() if theirs[k] != v}
+    return {k: (theirs[k], v) for k, v in mine.items() if theirs[k] != v}
+
+
+def test_cora_config_is_the_recipe_with_coras_own_keys():
+    """configs/cora.yaml is the depth recipe (configs/cora_recipe.yaml) with the three keys chosen on Cora's
+    validation set (docs/frontier.md#cora), at the depth they were chosen at."""
+    from wavygraph.utils import flatten
+
+    recipe, cora = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml"))))
+                    for n in ("cora_recipe", "cora"))
+    changed = {k: (recipe[k], cora[k]) for k in cora if recipe[k] != cora[k]}
+    assert changed == {"model.input_dropout": (0.0, 0.6), "model.source_weight": (0.25, 0.1),
+                       "train.weight_decay": (0.05, 0.1), "model.num_layers": (8, 16),
+                       "out_dir": ("runs/cora_recipe", "runs/cora")}
 
 
 def test_planetoid_configs_carry_the_cora_recipe():
