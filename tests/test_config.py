@@ -86,10 +86,7 @@ def test_reversible_configs_change_only_the_kind(name):
     """configs/<set>_reversible.yaml is the set's config with the reversible leapfrog kind, its step and
     the mean readout (the time average of the undamped oscillation)."""
     kind_keys = {"model.residual", "model.reversible", "model.tau", "model.tau_layers", "model.readout"}
-    from wavygraph.utils import flatten
-
-    base, rev = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml"))))
-                 for n in (name, f"{name}_reversible"))
+    base, rev = flat_config(name), flat_config(f"{name}_reversible")
     assert {k for k in base if base[k] != rev[k]} - {"out_dir"} == kind_keys
     assert rev["model.residual"] == "leapfrog" and rev["model.reversible"] is True
     assert rev["model.readout"] == "mean" and rev["model.tau"] == 0.5 and rev["model.tau_layers"] == 16
@@ -133,14 +130,18 @@ def test_config_path_builds_difformer_not_the_class_defaults():
     assert [st.lam0 for st in mix.steppers] == [0.5] * 3
 
 
+def flat_config(name):
+    """configs/<name>.yaml loaded and checked, as {dotted key: value}."""
+    from wavygraph.utils import flatten
+
+    return flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{name}.yaml"))))
+
+
 def recipe_changes(name, ours=None):
     """{key: (DIFFormer's value, ours)} where configs/<ours>.yaml (default: <name>.yaml) differs from
     configs/difformer/<name>.yaml."""
-    from wavygraph.utils import flatten
-
     ours = ours or name
-    mine = flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{ours}.yaml"))))
-    theirs = flatten(OmegaConf.to_container(load_config(str(CONFIGS / "difformer" / f"{name}.yaml"))))
+    mine, theirs = flat_config(ours), flat_config(f"difformer/{name}")
     assert mine.pop("out_dir") == f"runs/{ours}" and mine["data.name"] == name
     theirs.pop("out_dir")
     return {k: (theirs[k], v) for k, v in mine.items() if theirs[k] != v}
@@ -149,10 +150,7 @@ def recipe_changes(name, ours=None):
 def test_cora_config_is_the_recipe_with_coras_own_keys():
     """configs/cora.yaml is the depth recipe (configs/cora_recipe.yaml) with the three keys chosen on Cora's
     validation set (docs/frontier.md#cora), at the depth they were chosen at."""
-    from wavygraph.utils import flatten
-
-    recipe, cora = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml"))))
-                    for n in ("cora_recipe", "cora"))
+    recipe, cora = flat_config("cora_recipe"), flat_config("cora")
     changed = {k: (recipe[k], cora[k]) for k in cora if recipe[k] != cora[k]}
     assert changed == {"model.input_dropout": (0.0, 0.6), "model.source_weight": (0.25, 0.1),
                        "train.weight_decay": (0.05, 0.1), "model.num_layers": (8, 16),
@@ -175,9 +173,7 @@ def test_planetoid_configs_carry_the_cora_recipe():
 def test_minesweeper_recipe_config_carries_the_recipes_model():
     """configs/minesweeper_recipe.yaml is the Cora recipe's model (every model key of configs/cora_recipe.yaml
     but the depth, chosen per data set by validation) with its own data and training block."""
-    from wavygraph.utils import flatten
-
-    cora, mines = (flatten(OmegaConf.to_container(load_config(str(CONFIGS / f"{n}.yaml")))) for n in ("cora_recipe", "minesweeper_recipe"))
+    cora, mines = flat_config("cora_recipe"), flat_config("minesweeper_recipe")
     model = {k for k in cora if k.startswith("model.") and k != "model.num_layers"}
     assert {k: mines[k] for k in model} == {k: cora[k] for k in model}
     assert mines["data.name"] == "minesweeper" and mines["model.graph_weight"] < 1
