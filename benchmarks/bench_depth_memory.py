@@ -124,27 +124,27 @@ def run_all(args, state_mb: float) -> list[dict]:
     """Every cell, depth by depth (the modes of one depth back to back, so
     that their time ratio sees the same load); each row printed when done."""
     rows, measured, plain_sec = [], {m: [] for m in args.modes}, {}
-    tmp = tempfile.mkdtemp(prefix="bench_depth_memory_")
     cells = [(mode, layers) for layers in sorted(set(args.layers + args.reversible_layers)) for mode in args.modes
              if layers in args.layers or mode == "reversible"]
     print("| mode | layers | peak MB | s/epoch | time / plain | loss (first -> last epoch) |")
     print("|---|---|---|---|---|---|", flush=True)
-    for mode, layers in cells:
-        row = {"mode": mode, "layers": layers}
-        need = estimate_mb(mode, layers, measured[mode], state_mb)
-        if need > args.max_gb * 1024:
-            row["skip"] = f"skipped: would need ~{need / 1024:.1f} GB"
-        else:
-            m = run_cell(args, mode, layers, os.path.join(tmp, f"{mode}_{layers}"))
-            if "error" in m:
-                row["skip"] = f"failed: {m['error']}"
+    with tempfile.TemporaryDirectory(prefix="bench_depth_memory_") as tmp:  # the cells' run folders
+        for mode, layers in cells:
+            row = {"mode": mode, "layers": layers}
+            need = estimate_mb(mode, layers, measured[mode], state_mb)
+            if need > args.max_gb * 1024:
+                row["skip"] = f"skipped: would need ~{need / 1024:.1f} GB"
             else:
-                row.update(peak=m["peak_memory_mb"], sec=m["seconds_per_epoch"], loss=fmt_loss(m["history"]))
-                measured[mode].append((layers, m["peak_memory_mb"]))
-                if mode == "plain":
-                    plain_sec[layers] = row["sec"]
-        rows.append(row)
-        print(table_row(row, plain_sec), flush=True)
+                m = run_cell(args, mode, layers, os.path.join(tmp, f"{mode}_{layers}"))
+                if "error" in m:
+                    row["skip"] = f"failed: {m['error']}"
+                else:
+                    row.update(peak=m["peak_memory_mb"], sec=m["seconds_per_epoch"], loss=fmt_loss(m["history"]))
+                    measured[mode].append((layers, m["peak_memory_mb"]))
+                    if mode == "plain":
+                        plain_sec[layers] = row["sec"]
+            rows.append(row)
+            print(table_row(row, plain_sec), flush=True)
     return rows
 
 

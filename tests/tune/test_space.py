@@ -151,6 +151,7 @@ GOOD = {"train.lr": {"type": "float", "low": 1e-3, "high": 1e-2, "log": True}}
     ({"model.num_layers": {"type": "float", "low": 2, "high": 8}}, [], "int key"),
     (GOOD, ["--trials", "0"], "--trials must be >= 1"),
     (GOOD, ["--jobs", "0"], "--jobs must be >= 1"),
+    (GOOD, ["--final-top", "0"], "--final-top must be >= 1"),
     (GOOD, ["--timeout", "-1"], "--timeout must be > 0"),
     (GOOD, ["--final-seeds", "0,x"], "--final-seeds must be comma-separated integers"),
     (GOOD, ["--final-seeds", "1,1"], "distinct"),

@@ -77,10 +77,18 @@ def test_trials_csv_and_the_best_trial(study):
         assert record["state"] == r["state"]
         if r["state"] == "COMPLETE":
             assert json.loads((out / "trials" / r["number"] / "metrics.json").read_text())["best_val"] == record["val"]
-    done = [r for r in rows if r["state"] == "COMPLETE"]
-    best = max(done, key=lambda r: float(r["val"]))
-    assert summary["best_trial"] == int(best["number"]) and summary["best_val"] == float(best["val"])
-    assert summary["best_test"] == float(best["test"])
+    done = sorted((r for r in rows if r["state"] == "COMPLETE"), key=lambda r: (-float(r["val"]), int(r["number"])))
+    final = json.loads((out / "final.json").read_text())
+    # the candidates: the three trials of the highest validation scores, best first; the study's
+    # best trial is the one of them with the highest mean validation over the final seeds
+    assert [c["trial"] for c in final["candidates"]] == [int(r["number"]) for r in done[:3]]
+    assert [c["trial_val"] for c in final["candidates"]] == [float(r["val"]) for r in done[:3]]
+    means = [statistics.fmean(c["val"]) for c in final["candidates"]]
+    pick = final["candidates"][means.index(max(means))]
+    assert summary["best_trial"] == final["trial"] == pick["trial"] == summary["final_trial"]
+    best = next(r for r in rows if int(r["number"]) == pick["trial"])
+    assert summary["best_val"] == float(best["val"]) and summary["best_test"] == float(best["test"])
+    assert f"the best trial ({pick['trial']})" in (out / "best.yaml").read_text()
     assert not (out / "tmp").exists()
 
 
@@ -104,9 +112,67 @@ def test_final_seeds(study):
     best_seed = yaml.safe_load((out / "best.yaml").read_text())["train"]["seed"]
     if best_seed in final["seeds"]:  # the best trial's own seed gives the best trial's scores again
         assert final["val"][final["seeds"].index(best_seed)] == summary["best_val"]
-    for seed in (0, 1, 2):
-        record = json.loads((out / "final" / f"trial{final['trial']}-seed{seed}" / "trial.json").read_text())
-        assert record["config"]["train"]["seed"] == seed
+    for c in final["candidates"]:  # every candidate's runs, each from its own folder
+        for seed, val, test in zip((0, 1, 2), c["val"], c["test"]):
+            record = json.loads((out / "final" / f"trial{c['trial']}-seed{seed}" / "trial.json").read_text())
+            assert record["config"]["train"]["seed"] == seed and (record["val"], record["test"]) == (val, test)
+        assert c["val_mean"] == pytest.approx(statistics.fmean(c["val"]))
+        assert c["test_mean"] == pytest.approx(statistics.fmean(c["test"]))
+        if c["trial"] == final["trial"]:
+            assert (c["val"], c["test"]) == (final["val"], final["test"])
+
+
+def _trial(number: int, value: float) -> optuna.trial.FrozenTrial:
+    trial = optuna.trial.create_trial(value=value, user_attrs={"config": {"number": number}})
+    trial.number = number
+    return trial
+
+
+def test_final_pick_is_the_best_mean_validation(tmp_path, monkeypatch):
+    """run_final keeps the candidate of the highest mean validation over the seeds, not the
+    highest single score, and the earlier candidate on ties (records given by a stand-in)."""
+    from wavygraph.tune import outputs
+    from wavygraph.tune.trial import TuneSpec
+
+    # binary fractions: the two equal means are equal exactly
+    vals = {(3, 0): 0.9375, (3, 1): 0.5, (5, 0): 0.75, (5, 1): 0.875, (8, 0): 0.875, (8, 1): 0.75}
+    asked = []
+
+    def runs(spec, tasks, jobs, devices):
+        asked.extend((n, cfg["number"], s) for n, cfg, s in tasks)
+        return [{"val": vals[(n, s)], "test": vals[(n, s)] - 0.1} for n, _, s in tasks]
+
+    monkeypatch.setattr(outputs, "_final_runs", runs)
+    spec = TuneSpec(None, [], None, str(tmp_path), "", "s", 3)
+    final = outputs.run_final(spec, [_trial(3, 0.9375), _trial(5, 0.875), _trial(8, 0.75)], [0, 1])
+    assert asked == [(3, 3, 0), (3, 3, 1), (5, 5, 0), (5, 5, 1), (8, 8, 0), (8, 8, 1)]
+    assert [c["val_mean"] for c in final["candidates"]] == [0.71875, 0.8125, 0.8125]
+    assert final["trial"] == 5 and final["val"] == [0.75, 0.875] and final["val_mean"] == 0.8125
+    assert final["test"] == pytest.approx([0.65, 0.775])
+    assert json.loads((tmp_path / "final.json").read_text()) == final
+    final = outputs.run_final(spec, [_trial(3, 0.9)], [0, 1])  # one candidate: the best trial
+    assert final["trial"] == 3 and len(final["candidates"]) == 1
+
+
+def test_final_runs_in_workers_equal_the_runs_in_process(tmp_path):
+    """--jobs 2 runs the final seeds in two spawned workers: the same records as one process."""
+    from wavygraph.config import load_config
+    from wavygraph.tune import outputs
+    from wavygraph.tune.trial import TuneSpec
+
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.to_container(load_config(CSBM, SMALL + ["train.epochs=3", "train.progress=false"]), resolve=True)
+    tasks = [(0, cfg, 0), (0, cfg, 1), (1, {**cfg, "model": {**cfg["model"], "residual": "diffusion"}}, 0)]
+    records = {}
+    for jobs in (1, 2):
+        spec = TuneSpec(None, [], None, str(tmp_path / f"j{jobs}"), "", "s", 1)
+        records[jobs] = outputs._final_runs(spec, tasks, jobs, [])
+        assert sorted(p.name for p in (tmp_path / f"j{jobs}" / "final").iterdir()) == [
+            "trial0-seed0", "trial0-seed1", "trial1-seed0"]
+    assert [(r["trial"], r["seed"], r["val"], r["test"]) for r in records[1]] == \
+           [(r["trial"], r["seed"], r["val"], r["test"]) for r in records[2]]
+    assert records[1][0]["val"] != records[1][1]["val"] or records[1][0]["test"] != records[1][1]["test"]
 
 
 def test_rerun_of_a_finished_study_runs_nothing(study, capsys):
@@ -123,6 +189,9 @@ def test_report_of_a_tune_folder(study, tmp_path, capsys):
     assert main(["report", str(out), "--out", str(tmp_path / "rep")]) == 0
     text = (tmp_path / "rep" / "summary.md").read_text()
     assert f"**best trial {summary['best_trial']}**" in text and "## Final seeds" in text
+    final = json.loads((out / "final.json").read_text())
+    for c in final["candidates"] if len(final["candidates"]) > 1 else []:
+        assert f"| {c['trial']} | " in text.split("The candidates")[1]
     assert (tmp_path / "rep" / "optimization_history.png").stat().st_size > 0
     assert (tmp_path / "rep" / "param_importance.png").stat().st_size > 0
 

@@ -6,7 +6,8 @@ Writes into ``DIR`` (or ``--out``):
 
 * ``summary.md``: the trial counts, the best trial (its parameters,
   validation and test score), the ten best trials, the parameter importances
-  and, with ``--final-seeds``, the final seeds' table (test mean ± std);
+  and, with ``--final-seeds``, the final seeds' table (test mean ± std) and
+  the candidates the pick was made from;
 * ``optimization_history.png``: the validation score of every trial that
   counts (pruned ones at their best score when pruned) and the best so far;
 * ``param_importance.png``: Optuna's fANOVA importance of each searched key
@@ -156,6 +157,11 @@ def summary_text(manifest: dict, df: pd.DataFrame, final: dict | None, scores: d
         lines += ["", f"## Final seeds (trial {final.get('trial')})", "", "| seed | val | test |", "|---:|---:|---:|"]
         lines += [f"| {s} | {_fmt(v)} | {_fmt(t)} |" for s, v, t in zip(final["seeds"], final["val"], final["test"])]
         lines += ["", f"test {final['test_mean']:.4f} ± {final['test_std']:.4f} over {len(final['seeds'])} seeds"]
+        if len(final.get("candidates", [])) > 1:
+            lines += ["", "The candidates (the trials of the highest validation scores), the pick the highest mean "
+                      "validation over the seeds:", "", "| trial | trial val | mean val | test |", "|---:|---:|---:|---:|"]
+            lines += [f"| {c['trial']} | {_fmt(c['trial_val'])} | {_fmt(c['val_mean'])} | "
+                      f"{c['test_mean']:.4f} ± {c['test_std']:.4f} |" for c in final["candidates"]]
     return "\n".join(lines) + "\n"
 
 

@@ -1,7 +1,7 @@
 """``wavygraph tune CONFIG --space SPACE.yaml [key=value ...] [--trials N]
 [--timeout SECONDS] [--jobs K] [--devices D1,D2] [--storage URL]
 [--study-name NAME] [--seed S] [--pruner median|hyperband|none] [--warmup E]
-[--final-seeds S1,S2,...] [--no-progress]``."""
+[--final-seeds S1,S2,...] [--final-top K] [--no-progress]``."""
 from __future__ import annotations
 
 import argparse
@@ -36,7 +36,10 @@ def _add_options(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     p.add_argument("--pruner-startup", type=int, default=d(5), metavar="N",
                    help="median pruner: trials that finish before it prunes (default 5)")
     p.add_argument("--final-seeds", default=d(None), metavar="S1,S2",
-                   help="rerun the best config on these seeds: final.json, test mean and std")
+                   help="rerun the best configs on these seeds: final.json, test mean and std")
+    p.add_argument("--final-top", type=int, default=d(3), metavar="K",
+                   help="with --final-seeds: rerun the K trials of the highest validation score and keep the one "
+                        "with the highest mean validation over the seeds (default 3; 1: the best trial only)")
     p.add_argument("--no-progress", action="store_true", default=d(False), help="no progress bar")
 
 
@@ -64,7 +67,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
     if not args.space:
         raise SpaceError("--space SPACE.yaml is required (e.g. configs/spaces/wavy.yaml)")
-    for name, value in (("--trials", args.trials), ("--jobs", args.jobs)):
+    for name, value in (("--trials", args.trials), ("--jobs", args.jobs), ("--final-top", args.final_top)):
         if value < 1:
             raise SpaceError(f"{name} must be >= 1, got {value}")
     if args.timeout is not None and not (math.isfinite(args.timeout) and args.timeout > 0):
@@ -166,7 +169,8 @@ def command(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.final_seeds)
     spec, signature = build_spec(args)
     devices = [d for d in (args.devices or "").split(",") if d]
-    summary = tune(spec, signature, args.jobs, devices, show=not args.no_progress, final_seeds=seeds)
+    summary = tune(spec, signature, args.jobs, devices, show=not args.no_progress, final_seeds=seeds,
+                   final_top=args.final_top)
     wrote = summary.pop("wrote")
     print(json.dumps(summary), flush=True)
     print(f"wrote {', '.join(wrote)}", flush=True)

@@ -159,9 +159,10 @@ def progress(spec: TuneSpec, study: optuna.Study, show: bool):
 
 
 def tune(spec: TuneSpec, signature: dict, jobs: int = 1, devices: Sequence[str] = (), show: bool = True,
-         final_seeds: Sequence[int] = ()) -> dict:
+         final_seeds: Sequence[int] = (), final_top: int = 1) -> dict:
     """Create or load the study, run its missing trials, write ``trials.csv``,
-    ``best.yaml`` and (``final_seeds``) ``final.json``; returns the summary."""
+    ``best.yaml`` and (``final_seeds``: the ``final_top`` best trials rerun on
+    them, ``jobs`` at once) ``final.json``; returns the summary."""
     from .outputs import finish, write_manifest
 
     quiet_optuna()
@@ -179,7 +180,7 @@ def tune(spec: TuneSpec, signature: dict, jobs: int = 1, devices: Sequence[str] 
     bad = [c for c in codes if c]
     if bad:
         print(f"wavygraph: {len(bad)} of {jobs} tune workers exited with an error (codes {bad})", file=sys.stderr)
-    summary = finish(spec, study, final_seeds, devices[0] if devices else None, start)
+    summary = finish(spec, study, final_seeds, start, final_top, jobs, devices)
     try:
         os.rmdir(os.path.join(spec.out_dir, "tmp"))  # when empty
     except OSError:
