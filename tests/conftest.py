@@ -1,4 +1,10 @@
-"""Shared fixtures: tiny stand-ins of OGB data sets in OGB's on-disk format."""
+"""Shared fixtures: tiny stand-ins of OGB data sets in OGB's on-disk format,
+the registered residual kinds, and ``wavygraph train`` under torchrun."""
+import os
+import signal
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -55,3 +61,60 @@ def residual_kind(request):
     """Every registered residual kind: the one list the tests iterate (a
     kind added to the registry is tested everywhere this fixture is used)."""
     return request.param
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes under ``pid`` (from /proc; torchrun starts each rank in a session of its own)."""
+    children: dict[int, list[int]] = {}
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _signal_all(pids, sig) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def _torchrun_train(args, timeout: float = 300.0) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node 2 -m wavygraph train ARGS`` on one thread per rank, with
+    faulthandler on: if it has not ended after ``timeout`` s (a generous bound, not a timing), its ranks
+    and then the launcher get SIGABRT, so that every process prints its Python stacks, and the test fails
+    with them; nothing of it is left running."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", "PYTHONFAULTHANDLER": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "wavygraph", "train", *map(str, args)]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        ranks = _descendants(proc.pid)
+        _signal_all(ranks, signal.SIGABRT)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            _signal_all([proc.pid], signal.SIGABRT)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            _signal_all(ranks + [proc.pid], signal.SIGKILL)
+        pytest.fail(f"torchrun did not end within {timeout} s; the stacks of its processes:\n{err[-12000:]}")
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
+@pytest.fixture
+def torchrun():
+    """``torchrun(args, timeout=300)``: :func:`_torchrun_train`, a hang reported with its processes' stacks."""
+    return _torchrun_train

@@ -4,9 +4,6 @@ loop's own functions, option checks, and every arch through run, resume,
 sweeps and (slow) torchrun."""
 import json
 import math
-import os
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -304,12 +301,9 @@ def test_a_sweep_over_every_arch(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("arch", BASELINES)
-def test_torchrun_two_processes_train_every_baseline(tmp_path, arch):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    res = subprocess.run([*torchrun, "-m", "wavygraph", "train", *SMALL, f"model.arch={arch}", "train.epochs=3",
-                          "train.batch_size=100", "train.distributed=true", f"out_dir={tmp_path}"],
-                         env=env, capture_output=True, text=True, timeout=300)
+def test_torchrun_two_processes_train_every_baseline(tmp_path, arch, torchrun):
+    res = torchrun([*SMALL, f"model.arch={arch}", "train.epochs=3", "train.batch_size=100", "train.distributed=true",
+                    f"out_dir={tmp_path}"])
     assert res.returncode == 0, res.stderr[-3000:]
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["world_size"] == 2 and 0.0 <= metrics["test"] <= 1.0

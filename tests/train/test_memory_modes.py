@@ -3,7 +3,6 @@
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 import pytest
@@ -69,17 +68,14 @@ def test_checkpointing_run_resumed_matches_the_plain_run(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # torchrun: four runs of two processes
 @pytest.mark.parametrize("memory", [["model.gradient_checkpointing=true"], ["model.reversible=true"]])
-def test_distributed_training_with_the_memory_options(tmp_path, memory):
+def test_distributed_training_with_the_memory_options(tmp_path, memory, torchrun):
     if shutil.which("torchrun") is None and not os.path.exists(os.path.join(os.path.dirname(sys.executable),
                                                                            "torchrun")):
         pytest.skip("torchrun not installed")
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     common = SMALL + ["model.residual=leapfrog", "train.batch_size=500", "train.distributed=true"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     scores = []
     for name, extra in (("plain", []), ("memory", memory)):
-        res = subprocess.run([*torchrun, "-m", "wavygraph", "train", *common, *extra, f"out_dir={tmp_path / name}"],
-                             env=env, capture_output=True, text=True, timeout=300)
+        res = torchrun([*common, *extra, f"out_dir={tmp_path / name}"])
         assert res.returncode == 0, res.stderr[-3000:]
         scores.append(json.loads((tmp_path / name / "metrics.json").read_text()))
     assert scores[1]["world_size"] == 2

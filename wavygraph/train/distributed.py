@@ -12,6 +12,7 @@ gradients of W chunks. Rank 0 alone evaluates, checkpoints and writes files.
 """
 from __future__ import annotations
 
+import gc
 import os
 from dataclasses import dataclass
 
@@ -129,7 +130,18 @@ def gather(obj, ctx: DistContext) -> list:
 
 
 def teardown(ctx: DistContext) -> None:
+    """Leave the process group: a barrier, then the group destroyed.
+
+    The run's DDP model must be gone by then (:func:`~wavygraph.train.loop.run`
+    frees it first; ``gc.collect`` here frees one caught in a reference
+    cycle). Its C++ reducer holds the process group; were it the group's
+    last holder, the group's destructor would run inside the reducer's
+    deallocation, which keeps the GIL while it joins gloo's worker threads,
+    and a worker still releasing a finished collective's tensors waits for
+    the GIL: a deadlock, seen as a rank that never exits (torch's issue
+    56297). The group's own Python object releases the GIL before that join."""
     if ctx.enabled and dist.is_initialized():
+        gc.collect()
         try:
             dist.barrier()
         finally:

@@ -100,20 +100,27 @@ def _run(cfg: DictConfig, folder: RunFolder | None, on_eval: EvalCallback | None
     data, info = load_data(cfg.data)
     ctx, device = dist_utils.setup(cfg.train, device)
     try:
-        job = _prepare_in_memory(cfg, data, info, device, ctx, start, folder)
-        diverged = None
-        with publishing(folder, ctx.is_main):
-            write_config(job)
-            try:
-                train_epochs(job, on_eval)
-            except NonFiniteLossError as exc:  # keep what the run has as best, then report the divergence
-                diverged = exc
-            metrics = finish(job) if ctx.is_main else {}
-        if diverged is not None:
-            raise diverged
-        return metrics
+        # the run's state (its DDP model among it) lives in _train_and_publish's frame only, so it is
+        # freed before teardown destroys the process group (see distributed.teardown)
+        return _train_and_publish(cfg, data, info, device, ctx, start, folder, on_eval)
     finally:
         dist_utils.teardown(ctx)
+
+
+def _train_and_publish(cfg: DictConfig, data, info: DatasetInfo, device, ctx, start: float,
+                       folder: RunFolder | None, on_eval: EvalCallback | None) -> dict:
+    job = _prepare_in_memory(cfg, data, info, device, ctx, start, folder)
+    diverged = None
+    with publishing(folder, ctx.is_main):
+        write_config(job)
+        try:
+            train_epochs(job, on_eval)
+        except NonFiniteLossError as exc:  # keep what the run has as best, then report the divergence
+            diverged = exc
+        metrics = finish(job) if ctx.is_main else {}
+    if diverged is not None:
+        raise diverged
+    return metrics
 
 
 def _prepare_in_memory(cfg: DictConfig, data, info: DatasetInfo, device, ctx, start: float,
