@@ -200,19 +200,18 @@ def finish(spec: TuneSpec, study: optuna.Study, seeds: Sequence[int], start: flo
     if best is None and errors:
         summary["last_error"] = errors[-1]
     if best is not None:
-        why = None
+        write_best(spec.out_dir, best)  # the top trial now, the pick once the final runs have chosen
+        written.append("best.yaml")
         if seeds:
             candidates = top_trials(study, top)
             final = run_final(spec, candidates, seeds, jobs, devices)
             written.append("final.json")
             best = next(t for t in candidates if t.number == final["trial"])
             if len(candidates) > 1:
-                why = (f"picked from the {len(candidates)} best trials by mean validation over seeds "
-                       f"{','.join(map(str, seeds))}: {final['val_mean']:.6g} (final.json)")
+                write_best(spec.out_dir, best, f"picked from the {len(candidates)} best trials by mean validation "
+                                               f"over seeds {','.join(map(str, seeds))}: {final['val_mean']:.6g}")
             summary.update(final_trial=final["trial"], final_val_mean=final["val_mean"],
                            final_test_mean=final["test_mean"], final_test_std=final["test_std"])
-        write_best(spec.out_dir, best, why)
-        written.insert(1, "best.yaml")
         summary.update(best_trial=best.number, best_val=best.value, best_test=best.user_attrs.get("test"),
                        best_params=best.params)
     summary["seconds"] = time.time() - start
