@@ -135,17 +135,6 @@ def _final_run(spec: TuneSpec, number: int, config: dict, seed: int, device: str
     return record
 
 
-def _pool_init(parent: int) -> None:
-    import threading
-
-    from wavygraph.utils import ignore_import_warnings
-
-    from .study import _exit_with_parent
-
-    ignore_import_warnings()
-    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()  # a killed tune ends it
-
-
 def _final_runs(spec: TuneSpec, tasks: list[tuple[int, dict, int]], jobs: int, devices: Sequence[str]) -> list[dict]:
     """The final runs ``(trial number, config, seed)``, ``jobs`` at once in spawned
     workers (task ``i`` on ``devices[i % len]``); in this process for one job."""
@@ -155,7 +144,9 @@ def _final_runs(spec: TuneSpec, tasks: list[tuple[int, dict, int]], jobs: int, d
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=mp.get_context("spawn"), initializer=_pool_init,
+    from .study import worker_setup
+
+    with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=mp.get_context("spawn"), initializer=worker_setup,
                              initargs=(os.getpid(),)) as pool:
         futures = [pool.submit(_final_run, spec, n, c, s, device(i)) for i, (n, c, s) in enumerate(tasks)]
         return [f.result() for f in futures]

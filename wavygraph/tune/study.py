@@ -99,7 +99,9 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(1)
 
 
-def _worker(spec: TuneSpec, device: str | None, threads: int | None, parent: int) -> None:
+def worker_setup(parent: int, threads: int | None = None) -> None:
+    """The start of a spawned worker of tune process ``parent`` (a trial worker,
+    or a final run's): import warnings off, exit with the parent, ``threads`` CPU threads."""
     from wavygraph.utils import ignore_import_warnings
 
     ignore_import_warnings()
@@ -108,6 +110,10 @@ def _worker(spec: TuneSpec, device: str | None, threads: int | None, parent: int
         import torch
 
         torch.set_num_threads(threads)
+
+
+def _worker(spec: TuneSpec, device: str | None, threads: int | None, parent: int) -> None:
+    worker_setup(parent, threads)
     work(spec, device, threads)
 
 
