@@ -25,6 +25,7 @@ for the reversible one, :meth:`PreNormLayer.inverse`.
 """
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Callable, NamedTuple, Optional
 
@@ -94,8 +95,9 @@ class Force(nn.Module):
     attention layer ``conv`` (shared between layers with
     ``shared_attention=True``) and, where given, ``featscale``, the force
     scale ``alpha[index]`` (ReZero; one ``(L,)`` parameter shared by the
-    layers), the FFN ``ffn`` with its norm ``ffn_norm``, and the rate and
-    place of the layer's dropout.
+    layers), the FFN ``ffn`` with its norm ``ffn_norm``, GCNII's identity
+    map ``identity`` (a weight of the layer's own on the attention output),
+    and the rate and place of the layer's dropout.
 
     Args:
         conv (DIFFormerConv): the attention layer.
@@ -108,15 +110,26 @@ class Force(nn.Module):
         dropout (float): the layer's dropout rate.
         dropout_at (str): ``"state"`` or ``"force"``.
         source_weight (float): :math:`w`, the weight of the source term.
+        identity_map (float, optional): GCNII's :math:`\lambda`: the
+            attention output :math:`h` becomes
+            :math:`(1 - \beta_\ell) h + \beta_\ell h W_\ell` with a weight
+            :math:`W_\ell` of this layer's own and
+            :math:`\beta_\ell = \ln(\lambda / (\ell + 1) + 1)`, which shrinks
+            with depth (an identity map, `Chen et al., ICML 2020
+            <https://arxiv.org/abs/2007.02133>`_); None: no weight.
+        channels (int, optional): the hidden size, the weight's (with ``identity_map``).
     """
 
     def __init__(self, conv: nn.Module, index: int, featscale: nn.Module | None = None,
                  alpha: nn.Parameter | None = None, ffn: nn.Module | None = None, ffn_norm: nn.Module | None = None,
-                 dropout: float = 0.0, dropout_at: str = "state", source_weight: float = 1.0):
+                 dropout: float = 0.0, dropout_at: str = "state", source_weight: float = 1.0,
+                 identity_map: float | None = None, channels: int | None = None):
         super().__init__()
         self.conv, self.featscale, self.ffn, self.ffn_norm = conv, featscale, ffn, ffn_norm
         self.alpha = alpha
         self.index, self.dropout, self.dropout_at, self.source_weight = index, dropout, dropout_at, source_weight
+        self.identity = None if identity_map is None else nn.Linear(channels, channels, bias=False)
+        self.beta = None if identity_map is None else math.log(identity_map / (index + 1) + 1.0)
 
     def site(self, site: int) -> int:
         """The seeded dropout site of this layer's ``site`` (0, 1 or 2)."""
@@ -126,6 +139,8 @@ class Force(nn.Module):
         r""":math:`\alpha_\ell\,(\mathrm{drop}(\mathrm{FeatScale}(A(z)\,z)) - z)`,
         the dropout only with ``dropout_at="force"``."""
         out = self.conv(z, ctx.adj, ctx.batch)  # A z, (N, C)
+        if self.identity is not None:  # (1 - beta) h + beta h W
+            out = torch.lerp(out, self.identity(out), self.beta)
         if self.featscale is not None:
             out = self.featscale(out, ctx.batch)
         if self.dropout_at == "force":

@@ -164,6 +164,15 @@ class WavyDIFFormer(MemoryModes, nn.Module):
             oscillation around the source's fixed point). Kept as a running
             sum: no more memory in depth, in every memory mode.
             (default: ``"last"``)
+        identity_map (float, optional): GCNII's identity mapping
+            (`Chen et al., ICML 2020 <https://arxiv.org/abs/2007.02133>`_)
+            with strength :math:`\lambda`: each layer ``l = 1 .. L`` has a
+            weight :math:`W_\ell` of its own (also with
+            ``shared_attention=True``), and its attention output :math:`h`
+            becomes :math:`(1 - \beta_\ell) h + \beta_\ell h W_\ell` with
+            :math:`\beta_\ell = \ln(\lambda / \ell + 1)`: the deeper the
+            layer, the closer to the identity. :obj:`None`: no weight.
+            (default: :obj:`None`)
         **memory: the memory mode's three arguments, documented in
             :mod:`wavygraph.nn.memory` (all off by default).
 
@@ -220,7 +229,7 @@ class WavyDIFFormer(MemoryModes, nn.Module):
                           FeatScale(hidden_channels) if args.featscale else None, alpha,
                           JointFFN(hidden_channels, activation=args.ffn_activation) if ffn else None,
                           norm_cls(hidden_channels) if ffn else None, self.layer_dropout, args.dropout_at,
-                          self.source_weight)
+                          self.source_weight, args.identity_map, hidden_channels)
             stepper = make_stepper(args.residual, hidden_channels, args.step_size(), **args.kind_options())
             return layer_cls(force, stepper, norm_cls(hidden_channels), args.step_impl)
 
@@ -246,7 +255,8 @@ class WavyDIFFormer(MemoryModes, nn.Module):
         """Initialise every parameter (the one place that does), the modules
         in the order input, attention, steppers, norms, FFNs, FeatScales, output."""
         order = [self.input, self.input_norm, *self.convs, *self.steppers, *self.norms, *self.ffns,
-                 *self.ffn_norms, *self.featscales, self.final_norm, self.output]
+                 *self.ffn_norms, *self.featscales, *(layer.force.identity for layer in self.layers),
+                 self.final_norm, self.output]
         seen = set()
         for top in order:
             for module in (top.modules() if top is not None else ()):
@@ -308,9 +318,9 @@ WavyDIFFormer.__init__.__signature__ = init_signature()  # the keywords of Model
 
 
 _GROUPS = re.compile(r"layers\.\d+\.(force\.alpha|force\.conv\.|stepper\.|norm\.|force\.ffn\.|force\.ffn_norm\."
-                     r"|force\.featscale\.)")
+                     r"|force\.featscale\.|force\.identity\.)")
 _GROUP_RANK = {"force.alpha": 0, "force.conv.": 3, "stepper.": 4, "norm.": 5, "force.ffn.": 6, "force.ffn_norm.": 7,
-               "force.featscale.": 8}
+               "force.featscale.": 8, "force.identity.": 8.5}
 
 
 def _parameter_group(name: str) -> int:

@@ -76,6 +76,7 @@ class ModelArgs:
     featscale: bool = False
     step_impl: str = "eager"  # or "compile": torch.compile the step + LayerNorm (same results)
     shared_attention: bool = False  # one attention layer for all steps (parameters independent of depth)
+    identity_map: Optional[float] = None  # GCNII's lambda: a per-layer weight on the attention output
     readout: str = "last"  # what the output layer reads: "last" (X_L) or "mean" (the mean of X_1 .. X_L)
     # memory in depth (docs/fidelity.md): recompute layers in backward (same scores), or invert them
     gradient_checkpointing: bool = False  # checkpoint segments of layers in training
@@ -161,6 +162,10 @@ def check_model_args(args: ModelArgs, spell: Spelling = PYTHON) -> None:
                          "(it is a kind of local branch)")
     if args.tau is not None and not (_is_number(args.tau) and math.isfinite(args.tau) and args.tau > 0):
         raise InputError(f"{key('tau')} must be a positive number or {spell.value(None)}, got {spell.value(args.tau)}")
+    idm = args.identity_map
+    if idm is not None and not (_is_number(idm) and math.isfinite(idm) and idm > 0):
+        raise InputError(f"{key('identity_map')} must be a positive number (GCNII's lambda, e.g. 0.5) or "
+                         f"{spell.value(None)}, got {spell.value(idm)}")
     _check_source(args, spell)
     _check_options(args, spell)
     _check_memory(args, spell)
