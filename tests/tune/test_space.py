@@ -319,6 +319,14 @@ def test_the_base_start_is_the_base_configs_point(tmp_path):
     assert got["model.hidden_channels"] == 40 and got["model.dropout"] == 0.6
     values["model.hidden_channels"] = 15  # nearer 8 than 24
     assert load_space(write(tmp_path, space), based(tmp_path, values), SMALL).starts[1]["model.hidden_channels"] == 8
+    # a null among a categorical's choices is a point: the base's null is kept, not drawn
+    space["model.identity_map"] = {"type": "categorical", "choices": [None, 0.5]}
+    got = load_space(write(tmp_path, space), based(tmp_path, values), SMALL).starts[1]
+    assert "model.identity_map" in got and got["model.identity_map"] is None
+    values["model.identity_map"] = 0.5
+    assert load_space(write(tmp_path, space), based(tmp_path, values), SMALL).starts[1]["model.identity_map"] == 0.5
+    values["model.identity_map"] = 0.7  # not a choice: drawn
+    assert "model.identity_map" not in load_space(write(tmp_path, space), based(tmp_path, values), SMALL).starts[1]
 
 
 def test_a_base_start_equal_to_a_listed_start_runs_once(tmp_path):

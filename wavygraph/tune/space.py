@@ -268,14 +268,18 @@ def _check_starts(starts: Any, params: dict) -> list:
     return out
 
 
+#: :func:`_nearest`'s answer where the base config has no point (None is a categorical's choice)
+_NO_POINT = object()
+
+
 def _nearest(d: dict, value: Any) -> Any:
     """The point of the checked distribution ``d`` nearest to the base
-    config's ``value``, or ``None`` where it has none (a value that is not
-    among a categorical's choices, or not a number for a range)."""
+    config's ``value``, or :data:`_NO_POINT` where it has none (a value that
+    is not among a categorical's choices, or not a number for a range)."""
     if d["type"] == "categorical":
-        return value if _inside(d, value) else None
+        return value if _inside(d, value) else _NO_POINT
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
+        return _NO_POINT
     value = min(max(value, d["low"]), d["high"])
     if d.get("step"):  # onto the grid low + k * step, inside the range
         k = round((value - d["low"]) / d["step"])
@@ -286,13 +290,14 @@ def _nearest(d: dict, value: Any) -> Any:
 def base_point(params: dict, cfg) -> dict:
     """The :data:`BASE` start: every searched key at the config ``cfg``'s
     value, moved to the nearest point of its distribution; keys without
-    one are left out (drawn)."""
+    one are left out (drawn). A null among a categorical's choices is a
+    point like any other."""
     from omegaconf import OmegaConf
 
     point = {}
     for key, d in params.items():
         value = _nearest(d, OmegaConf.select(cfg, key))
-        if value is not None:
+        if value is not _NO_POINT:
             point[key] = value
     return point
 
