@@ -14,19 +14,7 @@ from wavygraph.config import ConfigError, load_config
 from wavygraph.nn import WavyDIFFormer
 from wavygraph.nn.validate import InputError
 
-
-def _graph(seed: int, sizes: list[int], shuffle: bool):
-    """Random graphs of the given sizes as one batch (nodes optionally
-    shuffled, so the batch vector is unsorted), edges inside each graph."""
-    g = torch.Generator().manual_seed(seed)
-    batch = torch.cat([torch.full((s,), i) for i, s in enumerate(sizes)])
-    if shuffle:
-        batch = batch[torch.randperm(len(batch), generator=g)]
-    n = len(batch)
-    src = torch.randint(0, n, (5 * n,), generator=g)
-    dst = torch.randint(0, n, (5 * n,), generator=g)
-    keep = batch[src] == batch[dst]
-    return torch.randn(n, 5, generator=g, dtype=torch.float64), torch.stack([src[keep], dst[keep]]), batch
+from .test_readout import _graph  # random batches of unequal graphs, optionally unsorted
 
 
 def _perturbed(model, seed: int):

@@ -136,8 +136,9 @@ class Force(nn.Module):
         return 3 * self.index + site
 
     def attention(self, z: Tensor, ctx: LayerContext, drop: Drop) -> Tensor:
-        r""":math:`\alpha_\ell\,(\mathrm{drop}(\mathrm{FeatScale}(A(z)\,z)) - z)`,
-        the dropout only with ``dropout_at="force"``."""
+        r""":math:`\alpha_\ell\,(\mathrm{drop}(\mathrm{FeatScale}(M_\ell(A(z)\,z))) - z)`,
+        the dropout only with ``dropout_at="force"``; :math:`M_\ell` is the
+        identity map where there is one, else the identity."""
         out = self.conv(z, ctx.adj, ctx.batch)  # A z, (N, C)
         if self.identity is not None:  # (1 - beta) h + beta h W
             out = torch.lerp(out, self.identity(out), self.beta)

@@ -253,7 +253,8 @@ class WavyDIFFormer(MemoryModes, nn.Module):
 
     def reset_parameters(self) -> None:
         """Initialise every parameter (the one place that does), the modules
-        in the order input, attention, steppers, norms, FFNs, FeatScales, output."""
+        in the order input, attention, steppers, norms, FFNs, FeatScales,
+        identity maps, output."""
         order = [self.input, self.input_norm, *self.convs, *self.steppers, *self.norms, *self.ffns,
                  *self.ffn_norms, *self.featscales, *(layer.force.identity for layer in self.layers),
                  self.final_norm, self.output]
@@ -270,7 +271,7 @@ class WavyDIFFormer(MemoryModes, nn.Module):
     def named_parameters(self, prefix: str = "", recurse: bool = True, remove_duplicate: bool = True):
         """The parameters grouped as before the layers were modules (ReZero's
         scales, input layer, attention layers, steppers, norms, FFNs, their
-        norms, FeatScales, final norm, output layer; depth order within a
+        norms, FeatScales, identity maps, final norm, output layer; depth order within a
         group), so that an optimiser's state saved then still matches its
         parameters (``model.parameters()`` follows this order)."""
         params = list(super().named_parameters(prefix, recurse, remove_duplicate))
