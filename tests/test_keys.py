@@ -17,6 +17,30 @@ def test_every_listed_key_is_a_config_key():
     assert all(kind in kinds or isinstance(kind, keys.Added) for kind in keys.NEUTRAL_KEYS.values())
 
 
+#: The config keys that change a result at every value, as they stood when the first results were written;
+#: a key added since goes in keys.NEUTRAL_KEYS (as Added, at the value that gives the old behaviour), so that
+#: finished sweep cells, tuning studies and checkpoints written before it stay valid.
+RESULT_KEYS = {
+    "data.csbm.avg_degree", "data.csbm.homophily", "data.csbm.label_noise", "data.csbm.num_classes",
+    "data.csbm.num_communities", "data.csbm.num_edge_features", "data.csbm.num_features", "data.csbm.num_nodes",
+    "data.csbm.num_tasks", "data.csbm.preset", "data.csbm.seed", "data.csbm.snr", "data.download", "data.name",
+    "data.normalize_features", "data.split", "imports", "model.dropout", "model.dropout_at", "model.featscale",
+    "model.ffn", "model.ffn_activation", "model.force_scale", "model.graph_weight", "model.heads",
+    "model.hidden_channels", "model.input_norm", "model.kernel", "model.layer_dropout", "model.norm",
+    "model.num_layers", "model.qk_norm", "model.residual", "model.source", "model.tau", "model.use_graph",
+    "model.value_proj", "train.batch_size", "train.epochs", "train.eval_batch_size", "train.eval_every", "train.lr",
+    "train.patience", "train.seed", "train.weight_decay",
+}
+
+
+def test_a_new_config_key_is_listed():
+    """Every config key is a result key of the first results or listed in NEUTRAL_KEYS: a key added
+    without a listing would change every earlier cell's hash and refuse earlier studies and checkpoints."""
+    schema = flatten(OmegaConf.to_container(OmegaConf.structured(Config)))
+    assert sorted(set(schema) - set(keys.NEUTRAL_KEYS) - RESULT_KEYS) == []
+    assert cell_hash(_with("model.identity_map", None)) == cell_hash(BASE)
+
+
 BASE = {"model": {"num_layers": 4}, "train": {"seed": 0}}
 
 

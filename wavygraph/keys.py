@@ -65,7 +65,7 @@ NEUTRAL_KEYS: dict[str, Any] = {
     "data.num_test": Added(1000), "data.path": Added(None), "data.features": Added(None),
     "data.labels": Added(None), "data.train_fraction": Added(0.6), "data.val_fraction": Added(0.2),
     "model.reversible": Added(False), "model.local": Added("gcn"),
-    "model.readout": Added("last"), "model.tau_layers": Added(None),
+    "model.readout": Added("last"), "model.tau_layers": Added(None), "model.identity_map": Added(None),
 }
 
 
