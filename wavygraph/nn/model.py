@@ -321,7 +321,7 @@ WavyDIFFormer.__init__.__signature__ = init_signature()  # the keywords of Model
 _GROUPS = re.compile(r"layers\.\d+\.(force\.alpha|force\.conv\.|stepper\.|norm\.|force\.ffn\.|force\.ffn_norm\."
                      r"|force\.featscale\.|force\.identity\.)")
 _GROUP_RANK = {"force.alpha": 0, "force.conv.": 3, "stepper.": 4, "norm.": 5, "force.ffn.": 6, "force.ffn_norm.": 7,
-               "force.featscale.": 8, "force.identity.": 8.5}
+               "force.featscale.": 8, "force.identity.": 9}
 
 
 def _parameter_group(name: str) -> int:
@@ -329,10 +329,10 @@ def _parameter_group(name: str) -> int:
     match = _GROUPS.match(name)
     if match:
         return _GROUP_RANK[match.group(1)]
-    for rank, start in ((1, "input."), (2, "input_norm."), (9, "final_norm."), (10, "output.")):
+    for rank, start in ((1, "input."), (2, "input_norm."), (10, "final_norm."), (11, "output.")):
         if name.startswith(start):
             return rank
-    return 11
+    return 12
 
 
 #: the state_dict keys of models saved before the layers were modules -> the layers' keys
