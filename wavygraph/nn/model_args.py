@@ -160,12 +160,11 @@ def check_model_args(args: ModelArgs, spell: Spelling = PYTHON) -> None:
     if args.local == "sep" and not args.use_graph:
         raise InputError(f"{spell.set('local', 'sep')} needs {spell.set('use_graph', True)} "
                          "(it is a kind of local branch)")
-    if args.tau is not None and not (_is_number(args.tau) and math.isfinite(args.tau) and args.tau > 0):
-        raise InputError(f"{key('tau')} must be a positive number or {spell.value(None)}, got {spell.value(args.tau)}")
-    idm = args.identity_map
-    if idm is not None and not (_is_number(idm) and math.isfinite(idm) and idm > 0):
-        raise InputError(f"{key('identity_map')} must be a positive number (GCNII's lambda, e.g. 0.5) or "
-                         f"{spell.value(None)}, got {spell.value(idm)}")
+    for name, hint in (("tau", ""), ("identity_map", " (GCNII's lambda, e.g. 0.5)")):
+        value = getattr(args, name)
+        if value is not None and not (_is_number(value) and math.isfinite(value) and value > 0):
+            raise InputError(f"{key(name)} must be a positive number{hint} or {spell.value(None)}, "
+                             f"got {spell.value(value)}")
     _check_source(args, spell)
     _check_options(args, spell)
     _check_memory(args, spell)
