@@ -262,6 +262,20 @@ def test_parallel_jobs_match_serial(tmp_path, fake_runner):
     assert hosts_pids == {"cpu"}
 
 
+def test_workers_take_the_devices_in_turn_and_share_the_cores(monkeypatch):
+    from wavygraph.utils import worker_device, worker_threads
+
+    assert [worker_device(["cuda:0", "cuda:1"], i) for i in range(5)] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1",
+                                                                          "cuda:0"]
+    assert worker_device([], 3) is None and worker_device(["cpu"], 7) == "cpu"
+    monkeypatch.setattr(os, "cpu_count", lambda: 8)
+    assert [worker_threads([], jobs) for jobs in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    assert worker_threads(["cpu", "cpu:0"], 2) == 4
+    assert worker_threads(["cuda:0"], 2) is None and worker_threads(["cpu", "cuda:0"], 2) is None
+    monkeypatch.setattr(os, "cpu_count", lambda: None)  # unknown: one thread each
+    assert worker_threads([], 4) == 1
+
+
 def _env(**extra):
     env = dict(os.environ)
     env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([str(TESTS), str(ROOT), env.get("PYTHONPATH", "")]))

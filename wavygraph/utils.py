@@ -1,6 +1,7 @@
 """Small helpers shared by training, sweeps and reports: atomic file writes,
 the flattening of nested dicts into dotted keys, an exception's message on
-one line, and the warning filter of the command line.
+one line, the warning filter of the command line, and the device and CPU
+threads of a pool's workers (sweeps and tunes).
 
 An atomic write goes to a temporary file in the target's folder, which is
 then moved over the target with :func:`os.replace`: a reader (or a process
@@ -20,7 +21,7 @@ import shutil
 import tempfile
 import uuid
 import warnings
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Sequence
 
 
 def umask() -> int:
@@ -220,3 +221,16 @@ def ignore_import_warnings() -> None:
     raises: the command line prints its errors as one line, and this warning
     is not ours to fix."""
     warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated")
+
+
+def worker_device(devices: Sequence[str], i: int) -> str | None:
+    """The device of a pool's worker or task ``i``: ``devices`` in turn (``None``: none given)."""
+    return devices[i % len(devices)] if devices else None
+
+
+def worker_threads(devices: Sequence[str], jobs: int) -> int | None:
+    """CPU threads for each of ``jobs`` workers on the CPU: the cores shared out, at least one;
+    ``None`` (torch's own) where the workers run on accelerators."""
+    if devices and not all(d.startswith("cpu") for d in devices):
+        return None
+    return max(1, (os.cpu_count() or 1) // jobs)

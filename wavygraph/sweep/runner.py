@@ -8,6 +8,8 @@ import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Callable, Sequence
 
+from wavygraph.utils import worker_device, worker_threads
+
 from .spec import Cell, Sweep, SweepError, expand, shard_cells
 from .store import RUNNER_ENV, cell_dir, clean_stale, is_done, read_cell, read_manifest, run_cell, write_manifest
 
@@ -49,9 +51,8 @@ def _run_pool(todo: Sequence[Cell], out_dir: str, jobs: int, devices: Sequence[s
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
     for i in range(jobs):
-        queue.put(devices[i % len(devices)] if devices else None)
-    on_cpu = not devices or all(d.startswith("cpu") for d in devices)
-    threads = max(1, (os.cpu_count() or 1) // jobs) if on_cpu else None
+        queue.put(worker_device(devices, i))
+    threads = worker_threads(devices, jobs)
     with ProcessPoolExecutor(max_workers=min(jobs, len(todo)), mp_context=ctx,
                              initializer=_init_worker, initargs=(queue, threads)) as pool:
         pending = {pool.submit(_run_in_worker, c, out_dir): c for c in todo}
@@ -72,7 +73,7 @@ def _run_cells(todo: Sequence[Cell], out_dir: str, jobs: int, devices: Sequence[
     try:
         if jobs == 1 or len(todo) <= 1:
             for cell in todo:
-                record(run_cell(cell, out_dir, devices[0] if devices else None), cell)
+                record(run_cell(cell, out_dir, worker_device(devices, 0)), cell)
         else:
             _run_pool(todo, out_dir, jobs, devices, record)
     finally:

@@ -27,7 +27,7 @@ import optuna
 from omegaconf import OmegaConf
 
 from wavygraph.folders import temp_dir
-from wavygraph.utils import atomic_write_json, atomic_write_text
+from wavygraph.utils import atomic_write_json, atomic_write_text, worker_device
 
 from .storage import counts, masked
 from .trial import TRIAL_FILE, TuneSpec, publish
@@ -138,9 +138,8 @@ def _final_run(spec: TuneSpec, number: int, config: dict, seed: int, device: str
 def _final_runs(spec: TuneSpec, tasks: list[tuple[int, dict, int]], jobs: int, devices: Sequence[str]) -> list[dict]:
     """The final runs ``(trial number, config, seed)``, ``jobs`` at once in spawned
     workers (task ``i`` on ``devices[i % len]``); in this process for one job."""
-    device = (lambda i: devices[i % len(devices)] if devices else None)
     if jobs <= 1 or len(tasks) <= 1:
-        return [_final_run(spec, n, c, s, device(i)) for i, (n, c, s) in enumerate(tasks)]
+        return [_final_run(spec, n, c, s, worker_device(devices, i)) for i, (n, c, s) in enumerate(tasks)]
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
@@ -148,7 +147,7 @@ def _final_runs(spec: TuneSpec, tasks: list[tuple[int, dict, int]], jobs: int, d
 
     with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=mp.get_context("spawn"), initializer=worker_setup,
                              initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(_final_run, spec, n, c, s, device(i)) for i, (n, c, s) in enumerate(tasks)]
+        futures = [pool.submit(_final_run, spec, n, c, s, worker_device(devices, i)) for i, (n, c, s) in enumerate(tasks)]
         return [f.result() for f in futures]
 
 

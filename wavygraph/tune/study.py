@@ -26,6 +26,8 @@ from typing import Callable, Sequence
 import optuna
 from filelock import FileLock
 
+from wavygraph.utils import worker_device, worker_threads
+
 from .storage import counts, open_storage, open_study, settle_dead, taken
 from .trial import Objective, TuneSpec, clean_stale, sampler_for
 
@@ -123,15 +125,14 @@ def run_trials(spec: TuneSpec, jobs: int, devices: Sequence[str], refresh: Calla
     between them) while this process refreshes the progress every second.
     Returns the workers' exit codes."""
     if jobs == 1:
-        work(spec, devices[0] if devices else None, None, on_trial=refresh)
+        work(spec, worker_device(devices, 0), None, on_trial=refresh)
         return [0]
     import multiprocessing as mp
 
     ctx = mp.get_context("spawn")
-    on_cpu = not devices or all(d.startswith("cpu") for d in devices)
-    threads = max(1, (os.cpu_count() or 1) // jobs) if on_cpu else None
-    procs = [ctx.Process(target=_worker, args=(spec, devices[i % len(devices)] if devices else None, threads,
-                                                os.getpid()), daemon=False) for i in range(jobs)]
+    threads = worker_threads(devices, jobs)
+    procs = [ctx.Process(target=_worker, args=(spec, worker_device(devices, i), threads, os.getpid()), daemon=False)
+             for i in range(jobs)]
     for p in procs:
         p.start()
     while any(p.is_alive() for p in procs):
