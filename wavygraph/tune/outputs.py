@@ -147,7 +147,8 @@ def _final_runs(spec: TuneSpec, tasks: list[tuple[int, dict, int]], jobs: int, d
 
     with ProcessPoolExecutor(min(jobs, len(tasks)), mp_context=mp.get_context("spawn"), initializer=worker_setup,
                              initargs=(os.getpid(),)) as pool:
-        futures = [pool.submit(_final_run, spec, n, c, s, worker_device(devices, i)) for i, (n, c, s) in enumerate(tasks)]
+        futures = [pool.submit(_final_run, spec, n, c, s, worker_device(devices, i))
+                   for i, (n, c, s) in enumerate(tasks)]
         return [f.result() for f in futures]
 
 
