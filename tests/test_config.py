@@ -151,13 +151,14 @@ def recipe_changes(name, ours=None):
 
 
 def test_cora_config_is_the_recipe_with_coras_own_keys():
-    """configs/cora.yaml is the depth recipe (configs/cora_recipe.yaml) with the five keys chosen on Cora's
+    """configs/cora.yaml is the depth recipe (configs/cora_recipe.yaml) with the six keys chosen on Cora's
     validation set (docs/frontier.md#cora), at the depth they were chosen at."""
     recipe, cora = flat_config("cora_recipe"), flat_config("cora")
     changed = {k: (recipe[k], cora[k]) for k in cora if recipe[k] != cora[k]}
     assert changed == {"model.input_dropout": (0.0, 0.6), "model.source_weight": (0.25, 0.1),
                        "train.weight_decay": (0.05, 0.1), "model.identity_map": (None, 0.5),
-                       "model.dropout": (0.2, 0.5), "model.num_layers": (8, 16),
+                       "model.dropout": (0.2, 0.5), "model.residual": ("light_wave", "diffusion"),
+                       "model.num_layers": (8, 16),
                        "out_dir": ("runs/cora_recipe", "runs/cora")}
 
 
